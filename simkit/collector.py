@@ -1,0 +1,130 @@
+"""The collector: implements the probe, keeps per-request timelines, and ends the run.
+
+Per-request state lives in flat lists indexed by request id (ids are 0..N-1), so a token
+costs a few list writes, not an object. Token times are kept per request in compact
+``array('d')`` buffers when asked for. ``all_done`` succeeds when every request has ended.
+Layer L3: owns one SimPy ``Event``.
+"""
+
+from __future__ import annotations
+
+from array import array
+from typing import Optional, Sequence
+
+import simpy
+
+from simkit.probe import COMPLETED, INCOMPLETE
+from simkit.records import RequestRecord, RunRecords
+from simkit.request import Request
+
+
+class Collector:
+    """Records what the probe reports about ``requests`` (ids must be 0..N-1)."""
+
+    def __init__(self, env: simpy.Environment, requests: Sequence[Request],
+                 record_token_times: bool = True) -> None:
+        n = len(requests)
+        self.env = env
+        self.requests = requests
+        self.first_admitted_at: list[Optional[float]] = [None] * n
+        self.first_token_at: list[Optional[float]] = [None] * n
+        self.second_token_at: list[Optional[float]] = [None] * n
+        self.last_token_at: list[Optional[float]] = [None] * n
+        self.n_tokens = [0] * n
+        self.finished_at: list[Optional[float]] = [None] * n
+        self.status: list[Optional[str]] = [None] * n
+        self.handed_off_at: list[Optional[float]] = [None] * n
+        self.cached_tokens = [0] * n
+        self.prefill_worker: list[Optional[int]] = [None] * n
+        self.decode_worker: list[Optional[int]] = [None] * n
+        self.token_times = [array("d") for _ in range(n)] if record_token_times else None
+        self.prompt_lookup_tokens = 0
+        self.prompt_hit_tokens = 0
+        self.remaining = n
+        self.all_done = env.event()
+        if n == 0:
+            self.all_done.succeed()
+
+    # ------------------------------------------------------------------ probe
+
+    def arrived(self, rid: int, at: float) -> None:
+        pass  # the arrival time is the request's own; nothing to add
+
+    def admitted(self, rid: int, at: float, pool: str, worker: int, cached_tokens: int,
+                 lookup_tokens: int) -> None:
+        if pool == "decode":
+            self.decode_worker[rid] = worker
+            return
+        if self.first_admitted_at[rid] is None:
+            self.first_admitted_at[rid] = at
+            self.cached_tokens[rid] = cached_tokens
+        if pool == "prefill":
+            self.prefill_worker[rid] = worker
+        else:
+            self.decode_worker[rid] = worker
+        self.prompt_lookup_tokens += lookup_tokens
+        self.prompt_hit_tokens += cached_tokens
+
+    def tokens(self, rids: Sequence[int], at: float) -> None:
+        n_tokens, last = self.n_tokens, self.last_token_at
+        times = self.token_times
+        for rid in rids:
+            count = n_tokens[rid]
+            if count == 0:
+                self.first_token_at[rid] = at
+            elif count == 1:
+                self.second_token_at[rid] = at
+            n_tokens[rid] = count + 1
+            last[rid] = at
+            if times is not None:
+                times[rid].append(at)
+
+    def handed_off(self, rid: int, at: float) -> None:
+        self.handed_off_at[rid] = at
+
+    def finished(self, rid: int, at: float, status: str) -> None:
+        if self.status[rid] is not None:
+            raise RuntimeError(f"request {rid} ended twice ({self.status[rid]}, then {status})")
+        self.status[rid] = status
+        self.finished_at[rid] = at
+        self.remaining -= 1
+        if self.remaining == 0:
+            self.all_done.succeed()
+
+    # ------------------------------------------------------------------ results
+
+    def finalize(self, end_at: float, worker_seconds: dict, passes: dict) -> RunRecords:
+        """Freeze everything into :class:`RunRecords`; unfinished requests are incomplete."""
+        rows = []
+        for req in self.requests:
+            rid = req.rid
+            status = self.status[rid] or INCOMPLETE
+            rows.append(RequestRecord(
+                rid=rid,
+                arrived_at=req.arrived_at,
+                input_length=req.input_length,
+                requested_output_length=req.output_length,
+                output_length=self.n_tokens[rid],
+                status=status,
+                first_admitted_at=self.first_admitted_at[rid],
+                first_token_at=self.first_token_at[rid],
+                second_token_at=self.second_token_at[rid],
+                last_token_at=self.last_token_at[rid],
+                finished_at=self.finished_at[rid] if status == COMPLETED else None,
+                handed_off_at=self.handed_off_at[rid],
+                cached_tokens=self.cached_tokens[rid],
+                prefill_worker=self.prefill_worker[rid],
+                decode_worker=self.decode_worker[rid],
+            ))
+        token_times = None
+        if self.token_times is not None:
+            token_times = tuple(self.token_times)
+        return RunRecords(
+            requests=tuple(rows),
+            end_at=end_at,
+            worker_seconds=worker_seconds,
+            prompt_lookup_tokens=self.prompt_lookup_tokens,
+            prompt_hit_tokens=self.prompt_hit_tokens,
+            passes=passes,
+            token_times=token_times,
+        )

@@ -1,0 +1,606 @@
+"""Scenario specs: frozen attrs classes, the one strict cattrs converter, and YAML loading.
+
+A scenario file is YAML 1.2 (``1e-3`` is a number, ``no`` is a string, ``010`` is ten).
+``load_scenario(path, overrides)`` reads it, applies dotted ``--set`` overrides, structures it
+into a frozen :class:`Scenario` through :data:`converter` and raises :class:`ConfigError`
+with one ``FILE: message @ $.path`` line per problem. ``dump_scenario`` writes the resolved
+scenario back (every default filled in) so that loading it gives the same run.
+
+Layer L1: imports attrs, cattrs and yaml; no simulation module imports cattrs or yaml.
+Engine knob names follow vLLM (``max_num_seqs``, ``max_num_batched_tokens``, ``block_size``,
+``num_gpu_blocks``, ``enable_prefix_caching``, ``enable_chunked_prefill``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from typing import Any, Literal, Optional, Union
+
+import attrs
+import cattrs
+import yaml
+from attrs import field, frozen
+from attrs import validators as v
+from cattrs.gen import make_dict_structure_fn
+from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, IterableValidationError
+
+__all__ = [
+    "ConfigError",
+    "Scenario",
+    "converter",
+    "dump_scenario",
+    "load_scenario",
+    "override",
+    "scenario_from_dict",
+    "yaml_load",
+]
+
+
+class ConfigError(Exception):
+    """A scenario (or command-line override) is invalid.
+
+    ``messages`` holds one human-readable line per problem, already prefixed with the
+    source (file name) when known: ``scenarios/x.yaml: 'workers' must be >= 1: 0 @ $.pools.decode``.
+    """
+
+    def __init__(self, messages: list[str]) -> None:
+        super().__init__("\n".join(messages))
+        self.messages = list(messages)
+
+
+# ----------------------------------------------------------------------------- validators
+
+
+def _finite(_inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if value is not None and isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"'{attribute.name}' must be a finite number: {value!r}")
+
+
+def _positive(_inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if value is not None and not value > 0:
+        raise ValueError(f"'{attribute.name}' must be > 0: {value!r}")
+
+
+def _non_negative(_inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if value is not None and not value >= 0:
+        raise ValueError(f"'{attribute.name}' must be >= 0: {value!r}")
+
+
+_pos = [_finite, _positive]
+_nonneg = [_finite, _non_negative]
+
+# ----------------------------------------------------------------------------- workload
+
+
+@frozen
+class FixedLength:
+    """Every request has ``value`` tokens."""
+
+    kind: Literal["fixed"] = "fixed"
+    value: int = field(default=1, validator=_pos)  #: tokens
+
+
+@frozen
+class UniformLength:
+    """Integer lengths drawn uniformly from ``[low, high]`` (both inclusive)."""
+
+    kind: Literal["uniform"] = "uniform"
+    low: int = field(default=1, validator=_pos)  #: tokens
+    high: int = field(default=1, validator=_pos)  #: tokens
+
+    def __attrs_post_init__(self) -> None:
+        if self.high < self.low:
+            raise ValueError(f"'high' must be >= 'low' ({self.low}): {self.high}")
+
+
+@frozen
+class LognormalLength:
+    """Lognormal lengths with the given ``mean`` (tokens) and log-space ``sigma``.
+
+    The underlying normal has mu = ln(mean) - sigma^2 / 2, so the lognormal's mean is
+    ``mean``; samples are rounded to the nearest integer and clipped to ``[min, max]``.
+    """
+
+    kind: Literal["lognormal"] = "lognormal"
+    mean: float = field(default=1000.0, validator=_pos)  #: tokens
+    sigma: float = field(default=1.0, validator=_nonneg)  #: log-space standard deviation
+    min: int = field(default=1, validator=_pos)  #: tokens, lower clip
+    max: Optional[int] = field(default=None, validator=_pos)  #: tokens, upper clip (None: none)
+
+    def __attrs_post_init__(self) -> None:
+        if self.max is not None and self.max < self.min:
+            raise ValueError(f"'max' must be >= 'min' ({self.min}): {self.max}")
+
+
+LengthSpec = Union[FixedLength, UniformLength, LognormalLength]
+
+
+@frozen
+class PoissonArrival:
+    """Poisson arrivals (exponential inter-arrival times) at ``rate_per_s`` requests/s."""
+
+    kind: Literal["poisson"] = "poisson"
+    rate_per_s: float = field(default=1.0, validator=_pos)
+
+
+ArrivalSpec = Union[PoissonArrival]
+
+
+@frozen
+class SharedPrefix:
+    """Shared-prefix groups: each request belongs to one of ``num_groups`` groups (uniformly at
+    random) and its first ``prefix_tokens`` tokens (cut to its length) are the group's prefix,
+    so they can hit the prefix cache of a worker that served the same group."""
+
+    num_groups: int = field(default=8, validator=_pos)
+    prefix_tokens: int = field(default=1024, validator=_pos)
+
+
+@frozen
+class SyntheticWorkload:
+    """Generated requests: arrivals, input and output lengths, optional shared prefixes.
+
+    Each aspect draws from its own named random stream of the scenario seed, so changing one
+    does not change the others. ``trace_block_size`` is the token granularity of the prompt
+    identities it generates (16, vLLM's default block size; it must divide the engine's).
+    """
+
+    kind: Literal["synthetic"] = "synthetic"
+    num_requests: int = field(default=1000, validator=_pos)
+    arrival: ArrivalSpec = field(factory=PoissonArrival)
+    input_tokens: LengthSpec = field(factory=lambda: LognormalLength(mean=2000.0, sigma=0.8))
+    output_tokens: LengthSpec = field(factory=lambda: UniformLength(low=50, high=400))
+    shared_prefix: Optional[SharedPrefix] = None
+    trace_block_size: int = field(default=16, validator=_pos)  #: tokens per prompt identity block
+
+
+@frozen
+class MooncakeTrace:
+    """A Mooncake JSONL trace (REFERENCE.md section 2).
+
+    ``path`` is resolved against the scenario file's folder (``--trace`` against the current
+    folder) and written absolute into ``scenario.resolved.yaml``. Arrival times are divided by
+    ``arrival_speedup_ratio``. ``trace_block_size`` is the tokens per ``hash_ids`` entry (512 in
+    the public Mooncake traces).
+    """
+
+    kind: Literal["mooncake"] = "mooncake"
+    path: str = ""
+    trace_block_size: int = field(default=512, validator=_pos)  #: tokens per hash id
+    arrival_speedup_ratio: float = field(default=1.0, validator=_pos)
+
+    def __attrs_post_init__(self) -> None:
+        if not self.path:
+            raise ValueError("'path' must name a trace file")
+
+
+WorkloadSpec = Union[SyntheticWorkload, MooncakeTrace]
+
+# ----------------------------------------------------------------------------- latency
+
+
+@frozen
+class PolynomialLatency:
+    """The reference's fixed per-pass polynomial (REFERENCE.md section 4, measured on
+    ai-dynamo-runtime 1.6.1): P(n) for the prefill tokens of a pass plus D(a, C) for its
+    decode requests, divided by ``speedup_ratio``."""
+
+    kind: Literal["polynomial"] = "polynomial"
+    speedup_ratio: float = field(default=1.0, validator=_pos)
+
+
+@frozen
+class ConstantLatency:
+    """Fixed pass times: ``prefill_ms`` if the pass has prefill tokens, plus ``decode_ms`` if it
+    has decode requests (a mixed pass costs both, as in the reference's constant model)."""
+
+    kind: Literal["constant"] = "constant"
+    prefill_ms: float = field(default=10.0, validator=_pos)
+    decode_ms: float = field(default=10.0, validator=_pos)
+    speedup_ratio: float = field(default=1.0, validator=_pos)
+
+
+LatencySpec = Union[PolynomialLatency, ConstantLatency]
+
+# ----------------------------------------------------------------------------- cluster
+
+
+@frozen
+class PoolSpec:
+    """One pool of identical workers and their vLLM-like engine settings.
+
+    Defaults are the reference mocker's (``block_size`` 64, ``num_gpu_blocks`` 16384) and
+    vLLM's (``max_num_batched_tokens`` 8192, ``max_num_seqs`` 256).
+    """
+
+    workers: int = field(default=1, validator=_pos)  #: workers in the pool
+    block_size: int = field(default=64, validator=_pos)  #: tokens per KV cache block
+    num_gpu_blocks: int = field(default=16384, validator=_pos)  #: KV cache blocks per worker
+    max_num_batched_tokens: int = field(default=8192, validator=_pos)  #: token budget per pass
+    max_num_seqs: int = field(default=256, validator=_pos)  #: running requests per pass
+    enable_prefix_caching: bool = True
+    enable_chunked_prefill: bool = True
+
+
+@frozen
+class PoolsSpec:
+    """Either ``aggregated`` (one pool serving prefill and decode) or ``prefill`` + ``decode``
+    (disaggregated serving, joined by the KV handoff link)."""
+
+    aggregated: Optional[PoolSpec] = None
+    prefill: Optional[PoolSpec] = None
+    decode: Optional[PoolSpec] = None
+
+    def __attrs_post_init__(self) -> None:
+        if self.aggregated is not None:
+            if self.prefill is not None or self.decode is not None:
+                raise ValueError("give either 'aggregated' or 'prefill' and 'decode', not both")
+        elif self.prefill is None or self.decode is None:
+            raise ValueError("give either 'aggregated' or both 'prefill' and 'decode'")
+
+    @property
+    def mode(self) -> str:
+        """``"aggregated"`` or ``"disaggregated"``."""
+        return "aggregated" if self.aggregated is not None else "disaggregated"
+
+    def named(self) -> list[tuple[str, PoolSpec]]:
+        """The pools in start order: ``[("aggregated", spec)]`` or prefill then decode."""
+        if self.aggregated is not None:
+            return [("aggregated", self.aggregated)]
+        return [("prefill", self.prefill), ("decode", self.decode)]  # type: ignore[list-item]
+
+
+@frozen
+class LinkSpec:
+    """The KV-cache handoff link between the prefill and the decode pool.
+
+    Transfer time = tokens * ``kv_bytes_per_token`` / bandwidth + latency, one transfer per
+    channel at a time. ``bandwidth_gb_per_s: null`` makes serialisation instantaneous (the
+    reference's default). ``kv_bytes_per_token`` defaults to Llama-3.1-8B in bf16:
+    2 (K and V) * 32 layers * 8 KV heads * 128 head dim * 2 bytes = 131072 (REFERENCE.md s5).
+    """
+
+    bandwidth_gb_per_s: Optional[float] = field(default=None, validator=_pos)
+    latency_ms: float = field(default=0.0, validator=_nonneg)
+    channels: int = field(default=1, validator=_pos)
+    kv_bytes_per_token: int = field(default=131072, validator=_pos)
+
+
+@frozen
+class RoundRobinRouter:
+    """Request i goes to worker i mod N of the pool; in disaggregated mode the decode pool is
+    assigned round robin in the order handoffs arrive (REFERENCE.md section 6)."""
+
+    kind: Literal["round_robin"] = "round_robin"
+
+
+RouterSpec = Union[RoundRobinRouter]
+
+
+@frozen
+class SlaSpec:
+    """Latency bounds for goodput; a request meets the SLA when it meets every given bound."""
+
+    ttft_ms: Optional[float] = field(default=None, validator=_pos)
+    itl_ms: Optional[float] = field(default=None, validator=_pos)
+    e2e_ms: Optional[float] = field(default=None, validator=_pos)
+
+    @property
+    def is_set(self) -> bool:
+        return any(b is not None for b in (self.ttft_ms, self.itl_ms, self.e2e_ms))
+
+
+@frozen(kw_only=True)
+class Scenario:
+    """A whole simulated experiment: workload, latency model, pools, link, router and SLA."""
+
+    name: str = "scenario"
+    seed: int = 0  #: root of every named random stream
+    workload: WorkloadSpec = field(factory=SyntheticWorkload)
+    pools: PoolsSpec
+    latency: LatencySpec = field(factory=PolynomialLatency)
+    #: the handoff link; only for disaggregated pools (filled in with defaults there)
+    link: Optional[LinkSpec] = None
+    router: RouterSpec = field(factory=RoundRobinRouter)
+    sla: SlaSpec = field(factory=SlaSpec)
+    #: stop the run at this simulated time; requests not finished are reported incomplete
+    max_sim_time_s: Optional[float] = field(default=None, validator=_pos)
+
+    def __attrs_post_init__(self) -> None:
+        if self.pools.mode == "aggregated" and self.link is not None:
+            raise ValueError("'link' applies only to disaggregated pools (prefill + decode)")
+        if self.pools.mode == "disaggregated" and self.link is None:
+            object.__setattr__(self, "link", LinkSpec())
+        wl = self.workload
+        if isinstance(wl, SyntheticWorkload):
+            for name, pool in self.pools.named():
+                if pool.block_size % wl.trace_block_size:
+                    raise ValueError(
+                        f"workload.trace_block_size ({wl.trace_block_size}) must divide "
+                        f"pools.{name}.block_size ({pool.block_size})"
+                    )
+
+    @property
+    def mode(self) -> str:
+        return self.pools.mode
+
+
+# ----------------------------------------------------------------------------- converter
+
+_UNIONS: dict[Any, dict[str, type]] = {
+    LengthSpec: {"fixed": FixedLength, "uniform": UniformLength, "lognormal": LognormalLength},
+    ArrivalSpec: {"poisson": PoissonArrival},
+    WorkloadSpec: {"synthetic": SyntheticWorkload, "mooncake": MooncakeTrace},
+    LatencySpec: {"polynomial": PolynomialLatency, "constant": ConstantLatency},
+    RouterSpec: {"round_robin": RoundRobinRouter},
+}
+
+
+class UnknownKind(ValueError):
+    """A ``kind`` tag names no known variant."""
+
+
+def _kind_hook(kinds: dict[str, type]):
+    expected = ", ".join(sorted(kinds))
+    # per-class structuring functions: a one-variant Union[X] *is* X, so the hook registered
+    # for it must not call back into converter.structure(value, X)
+    fns = {k: make_dict_structure_fn(cls, converter, _cattrs_forbid_extra_keys=True)
+           for k, cls in kinds.items()}
+
+    def structure(value: Any, _type: Any) -> Any:
+        if not isinstance(value, dict):
+            raise TypeError(f"expected a mapping with a 'kind' (one of: {expected}), got {value!r}")
+        kind = value.get("kind")
+        if kind not in kinds:
+            if "kind" not in value:
+                raise UnknownKind(f"missing 'kind' (expected one of: {expected})")
+            raise UnknownKind(f"unknown kind {kind!r} (expected one of: {expected})")
+        return fns[kind](value, kinds[kind])
+
+    return structure
+
+
+def _strict(kind: type, label: str):
+    def structure(value: Any, _type: Any) -> Any:
+        if isinstance(value, bool) and kind is not bool:
+            raise TypeError(f"expected {label}, got {value!r}")
+        if kind is float:
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                value = float(value)
+                if not math.isfinite(value):
+                    raise ValueError(f"expected a finite number, got {value!r}")
+                return value
+            raise TypeError(f"expected {label}, got {value!r}")
+        if not isinstance(value, kind):
+            raise TypeError(f"expected {label}, got {value!r}")
+        return value
+
+    return structure
+
+
+def _literal_hook(value: Any, type_: Any) -> Any:
+    allowed = type_.__args__
+    if value not in allowed or isinstance(value, bool):
+        raise ValueError(f"expected one of: {', '.join(map(str, allowed))}, got {value!r}")
+    return value
+
+
+def _make_converter() -> cattrs.Converter:
+    conv = cattrs.Converter(forbid_extra_keys=True)
+    conv.register_structure_hook(int, _strict(int, "an integer"))
+    conv.register_structure_hook(float, _strict(float, "a number"))
+    conv.register_structure_hook(bool, _strict(bool, "true or false"))
+    conv.register_structure_hook(str, _strict(str, "a string"))
+    conv.register_structure_hook_func(
+        lambda t: getattr(t, "__origin__", None) is Literal, _literal_hook
+    )
+    return conv
+
+
+#: The one strict converter: no extra keys, no silent coercion, ``kind``-tagged unions.
+converter = _make_converter()
+for _union, _kinds in _UNIONS.items():
+    converter.register_structure_hook(_union, _kind_hook(_kinds))
+converter.register_unstructure_hook(
+    PoolsSpec,
+    lambda pools: {name: converter.unstructure(spec) for name, spec in pools.named()},
+)
+
+
+def _format_exception(exc: BaseException, type_: Any) -> str:
+    if isinstance(exc, ForbiddenExtraKeysError):
+        return f"unknown field(s) {', '.join(sorted(exc.extra_fields))}"
+    if isinstance(exc, KeyError):
+        return "required field missing"
+    if isinstance(exc, (TypeError, ValueError)) and str(exc):
+        msg = str(exc)
+        if msg.startswith("__init__() missing"):
+            return "required field missing: " + msg.split(":", 1)[-1].strip()
+        return msg
+    return cattrs.v.format_exception(exc, type_)
+
+
+def _messages(exc: BaseException) -> list[str]:
+    if isinstance(exc, (ClassValidationError, IterableValidationError)):
+        return cattrs.transform_error(exc, format_exception=_format_exception)
+    return [f"{_format_exception(exc, None)} @ $"]
+
+
+def scenario_from_dict(data: Any, source: str = "<scenario>") -> Scenario:
+    """Structure a plain dict (as read from YAML) into a validated :class:`Scenario`.
+
+    Raises:
+        ConfigError: one ``SOURCE: message @ $.path`` line per problem.
+    """
+    if not isinstance(data, dict):
+        raise ConfigError([f"{source}: expected a mapping at the top level, got {type(data).__name__} @ $"])
+    try:
+        return converter.structure(data, Scenario)
+    except Exception as exc:  # cattrs wraps every field error; we report them all
+        raise ConfigError([f"{source}: {m}" for m in _messages(exc)]) from None
+
+
+# ----------------------------------------------------------------------------- YAML 1.2
+
+
+class _Yaml12Loader(yaml.SafeLoader):
+    """SafeLoader with YAML 1.2 core-schema scalars: ``1e-3`` is a float, only true/false are
+    booleans (``no`` stays a string), ``010`` is decimal ten, ``0o10`` octal eight."""
+
+
+_Yaml12Loader.yaml_implicit_resolvers = {}
+_RESOLVERS = [
+    ("tag:yaml.org,2002:bool", r"^(?:true|True|TRUE|false|False|FALSE)$", list("tTfF")),
+    ("tag:yaml.org,2002:int", r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$", list("-+0123456789")),
+    (
+        "tag:yaml.org,2002:float",
+        r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
+        r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$",
+        list("-+0123456789."),
+    ),
+    ("tag:yaml.org,2002:null", r"^(?:~|null|Null|NULL|)$", ["~", "n", "N", ""]),
+]
+for _tag, _rx, _first in _RESOLVERS:
+    _Yaml12Loader.add_implicit_resolver(_tag, re.compile(_rx), _first)
+
+
+def _construct_int(loader: yaml.SafeLoader, node: yaml.Node) -> int:
+    text = loader.construct_scalar(node)
+    if text.startswith("0o"):
+        return int(text[2:], 8)
+    if text.startswith("0x"):
+        return int(text[2:], 16)
+    return int(text, 10)
+
+
+def _construct_float(loader: yaml.SafeLoader, node: yaml.Node) -> float:
+    text = loader.construct_scalar(node).lower()
+    return float(text.replace(".inf", "inf").replace(".nan", "nan"))
+
+
+def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict:
+    seen: dict[Any, Any] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r}", key_node.start_mark
+            )
+        seen[key] = True
+    return loader.construct_mapping(node)
+
+
+_Yaml12Loader.add_constructor("tag:yaml.org,2002:int", _construct_int)
+_Yaml12Loader.add_constructor("tag:yaml.org,2002:float", _construct_float)
+_Yaml12Loader.add_constructor("tag:yaml.org,2002:map", _construct_mapping)
+
+
+def yaml_load(text: str, source: str = "<yaml>") -> Any:
+    """Parse YAML 1.2 text.
+
+    Raises:
+        ConfigError: ``SOURCE:LINE:COLUMN: problem`` for a syntax error.
+    """
+    try:
+        return yaml.load(text, Loader=_Yaml12Loader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
+        problem = exc.problem or exc.context or "invalid YAML"
+        raise ConfigError([f"{where}: YAML syntax error: {problem}"]) from None
+    except yaml.YAMLError as exc:
+        raise ConfigError([f"{source}: YAML error: {exc}"]) from None
+
+
+# ----------------------------------------------------------------------------- loading
+
+
+def _set_dotted(data: dict, dotted: str, value: Any, source: str) -> None:
+    keys = dotted.split(".")
+    if not all(keys):
+        raise ConfigError([f"{source}: bad key {dotted!r}: expected a dotted path like pools.decode.workers"])
+    node = data
+    for i, key in enumerate(keys[:-1]):
+        child = node.get(key)
+        if child is None:
+            child = node[key] = {}
+        if not isinstance(child, dict):
+            path = ".".join(keys[: i + 1])
+            raise ConfigError([f"{source}: cannot set {dotted!r}: {path} is {child!r}, not a mapping"])
+        node = child
+    node[keys[-1]] = value
+
+
+def parse_overrides(pairs: list[str]) -> list[tuple[str, Any]]:
+    """Parse ``KEY=VALUE`` strings; values are YAML 1.2 scalars (``8``, ``1e-3``, ``null``).
+
+    Raises:
+        ConfigError: a pair without ``=`` or with a value that is not valid YAML.
+    """
+    out = []
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError([f"--set {pair!r}: expected KEY=VALUE, e.g. pools.decode.workers=8"])
+        out.append((key.strip(), yaml_load(text, source=f"--set {key.strip()}")))
+    return out
+
+
+def _resolve_workload_path(data: dict, base_dir: str) -> None:
+    wl = data.get("workload")
+    if isinstance(wl, dict) and isinstance(wl.get("path"), str) and wl["path"]:
+        wl["path"] = os.path.normpath(os.path.join(base_dir, os.path.expanduser(wl["path"])))
+
+
+def load_scenario(path: str, overrides: Optional[list[tuple[str, Any]]] = None) -> Scenario:
+    """Read a scenario YAML file, apply ``(dotted.key, value)`` overrides and validate it.
+
+    A relative ``workload.path`` in the file is resolved against the file's folder; one given
+    as an override against the current folder.
+
+    Raises:
+        ConfigError: unreadable file, YAML syntax error, or invalid fields (one line each).
+    """
+    try:
+        with open(path, encoding="utf-8-sig") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ConfigError([f"{path}: cannot read scenario file: {reason}"]) from None
+    data = yaml_load(text, source=path)
+    if data is None:
+        raise ConfigError([f"{path}: the file is empty; expected a scenario mapping @ $"])
+    if not isinstance(data, dict):
+        raise ConfigError([f"{path}: expected a mapping at the top level, got {type(data).__name__} @ $"])
+    _resolve_workload_path(data, os.path.dirname(os.path.abspath(path)))
+    for key, value in overrides or []:
+        _set_dotted(data, key, value, source=f"--set {key}")
+        if key == "workload.path" or (key == "workload" and isinstance(value, dict)):
+            _resolve_workload_path(data, os.getcwd())
+    return scenario_from_dict(data, source=path)
+
+
+def to_dict(scenario: Scenario) -> dict:
+    """The scenario as plain data (every default filled in), the inverse of structuring."""
+    return converter.unstructure(scenario)
+
+
+def override(scenario: Scenario, changes: dict[str, Any]) -> Scenario:
+    """A copy of ``scenario`` with dotted-path ``changes`` applied and re-validated.
+
+    Example: ``override(s, {"pools.decode.workers": 8})``.
+
+    Raises:
+        ConfigError: a change makes the scenario invalid.
+    """
+    data = to_dict(scenario)
+    for key, value in changes.items():
+        _set_dotted(data, key, value, source=f"override {key}")
+    return scenario_from_dict(data, source="override")
+
+
+def dump_scenario(scenario: Scenario) -> str:
+    """YAML text of the resolved scenario; ``load_scenario`` on it gives an equal scenario."""
+    return yaml.safe_dump(to_dict(scenario), sort_keys=False, default_flow_style=False)

@@ -1,0 +1,83 @@
+"""Engine-step latency models: how long one forward pass takes on one worker.
+
+A pass is described by three numbers: ``prefill_tokens`` (prompt tokens computed in the pass,
+summed over its prefill chunks), ``decode_requests`` (requests generating one token each) and
+``decode_context_tokens`` (the sum over those requests of their KV length after the pass:
+prompt + tokens generated so far). Models return seconds.
+
+Layer L2: pure functions of the pass shape; no SimPy.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from simkit.config import ConstantLatency, LatencySpec, PolynomialLatency
+from simkit.units import S_PER_MS
+
+__all__ = ["LatencyModel", "PolynomialModel", "ConstantModel", "make_latency_model"]
+
+
+class LatencyModel(Protocol):
+    def pass_time_s(self, prefill_tokens: int, decode_requests: int, decode_context_tokens: int) -> float:
+        """Duration of one forward pass in seconds (> 0 for any non-empty pass)."""
+        ...
+
+
+class PolynomialModel:
+    """The reference mocker's default per-pass latency (REFERENCE.md section 4).
+
+    Measured to four decimals on ai-dynamo-runtime 1.6.1; it is tied to no model or GPU::
+
+        P(n)    = 4.209989e-07 n^2 + 1.518344e-02 n + 16.50142               ms
+        D(a, C) = max(1, -25.74 u^2 + 54.01 u + 5.74),  u = min(a / C, 1)   ms
+
+    where n is the pass's prefill tokens, a its decode context tokens and
+    C = ``num_gpu_blocks`` * ``block_size`` the worker's KV capacity in tokens. A pass costs
+    P(n) if it has prefill tokens plus D(a, C) if it has decode requests, divided by
+    ``speedup_ratio``. Examples: P(1000) = 32.106 ms, P(8192) = 169.137 ms, D(0, C) = 5.74 ms.
+    """
+
+    def __init__(self, spec: PolynomialLatency, kv_capacity_tokens: int) -> None:
+        self.capacity = float(kv_capacity_tokens)
+        self.scale_s = S_PER_MS / spec.speedup_ratio
+
+    @staticmethod
+    def prefill_ms(n: int) -> float:
+        """P(n) in milliseconds."""
+        return 4.209989e-07 * n * n + 1.518344e-02 * n + 16.50142
+
+    def decode_ms(self, a: int) -> float:
+        """D(a, C) in milliseconds."""
+        u = min(a / self.capacity, 1.0)
+        return max(1.0, -25.74 * u * u + 54.01 * u + 5.74)
+
+    def pass_time_s(self, prefill_tokens: int, decode_requests: int, decode_context_tokens: int) -> float:
+        ms = 0.0
+        if prefill_tokens:
+            ms += 4.209989e-07 * prefill_tokens * prefill_tokens + 1.518344e-02 * prefill_tokens + 16.50142
+        if decode_requests:
+            u = min(decode_context_tokens / self.capacity, 1.0)
+            ms += max(1.0, -25.74 * u * u + 54.01 * u + 5.74)
+        return ms * self.scale_s
+
+
+class ConstantModel:
+    """Fixed pass times for tests and teaching: ``prefill_ms`` if the pass computes any prompt
+    tokens, plus ``decode_ms`` if it has decode requests (the reference's constant model)."""
+
+    def __init__(self, spec: ConstantLatency) -> None:
+        self.prefill_s = spec.prefill_ms * S_PER_MS / spec.speedup_ratio
+        self.decode_s = spec.decode_ms * S_PER_MS / spec.speedup_ratio
+
+    def pass_time_s(self, prefill_tokens: int, decode_requests: int, decode_context_tokens: int) -> float:
+        return (self.prefill_s if prefill_tokens else 0.0) + (self.decode_s if decode_requests else 0.0)
+
+
+def make_latency_model(spec: LatencySpec, kv_capacity_tokens: int) -> LatencyModel:
+    """The latency model for ``spec`` on a worker with ``kv_capacity_tokens`` of KV cache."""
+    if isinstance(spec, PolynomialLatency):
+        return PolynomialModel(spec, kv_capacity_tokens)
+    if isinstance(spec, ConstantLatency):
+        return ConstantModel(spec)
+    raise TypeError(f"no latency model for {spec!r}")

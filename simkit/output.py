@@ -1,0 +1,89 @@
+"""The one output writer: a run's files, written into a temporary folder and renamed into
+place only when complete, so no output folder is ever half-written.
+
+Files: ``summary.json``, ``requests.jsonl``, ``scenario.resolved.yaml``, ``latency_cdf.png``
+and ``run_info.json`` (the only file with wall-clock facts). Layer L6.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import tempfile
+from typing import Any, Optional
+
+from simkit.config import Scenario, dump_scenario
+from simkit.records import RunRecords
+from simkit.units import MS_PER_S
+
+
+def _ms(value: Optional[float]) -> Optional[float]:
+    return None if value is None else value * MS_PER_S
+
+
+def request_rows(records: RunRecords) -> list[dict[str, Any]]:
+    """One JSON-ready dict per request (times in ms since the earliest arrival)."""
+    rows = []
+    for r in records.requests:
+        rows.append({
+            "id": r.rid,
+            "arrival_ms": _ms(r.arrived_at),
+            "input_length": r.input_length,
+            "output_length": r.output_length,
+            "requested_output_length": r.requested_output_length,
+            "ttft_ms": _ms(r.ttft_s),
+            "itl_ms": _ms(r.itl_s),
+            "e2e_ms": _ms(r.e2e_s),
+            "queue_ms": _ms(r.queue_s),
+            "status": r.status,
+            "cached_tokens": r.cached_tokens,
+            "prefill_worker": r.prefill_worker,
+            "decode_worker": r.decode_worker,
+        })
+    return rows
+
+
+def write_run(out_dir: str, scenario: Scenario, records: RunRecords, summary: dict,
+              run_info: dict, figures: Optional[dict] = None, force: bool = False) -> None:
+    """Write a run's files to ``out_dir`` atomically (build in a sibling temp folder, rename).
+
+    Raises:
+        FileExistsError: ``out_dir`` exists and is not empty, and ``force`` is False.
+        OSError: the folder cannot be written.
+    """
+    out_dir = os.path.abspath(out_dir)
+    if os.path.exists(out_dir) and (not os.path.isdir(out_dir) or os.listdir(out_dir)) and not force:
+        raise FileExistsError(out_dir)
+    parent = os.path.dirname(out_dir)
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".simkit-", dir=parent)
+    try:
+        with open(os.path.join(tmp, "summary.json"), "w", encoding="utf-8") as f:
+            json.dump(summary, f, indent=2)
+            f.write("\n")
+        with open(os.path.join(tmp, "requests.jsonl"), "w", encoding="utf-8") as f:
+            for row in request_rows(records):
+                f.write(json.dumps(row) + "\n")
+        with open(os.path.join(tmp, "scenario.resolved.yaml"), "w", encoding="utf-8") as f:
+            f.write(dump_scenario(scenario))
+        info = dict(run_info, python=platform.python_version(), host=platform.node())
+        with open(os.path.join(tmp, "run_info.json"), "w", encoding="utf-8") as f:
+            json.dump(info, f, indent=2)
+            f.write("\n")
+        for name, fig in (figures or {}).items():
+            fig.savefig(os.path.join(tmp, f"{name}.png"), dpi=110, metadata={"Software": None})
+        if os.path.isdir(out_dir):
+            old = out_dir + ".old-" + os.path.basename(tmp)
+            os.rename(out_dir, old)
+            os.rename(tmp, out_dir)
+            shutil.rmtree(old, ignore_errors=True)
+        elif os.path.exists(out_dir):
+            os.remove(out_dir)
+            os.rename(tmp, out_dir)
+        else:
+            os.rename(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

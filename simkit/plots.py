@@ -1,0 +1,45 @@
+"""Matplotlib figures of run records. Each function returns a ``Figure``; nothing is shown
+or saved here (the output writer saves). matplotlib is imported lazily, inside functions.
+
+Layer L5.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import numpy as np
+
+from simkit.config import SlaSpec
+from simkit.records import RunRecords
+from simkit.units import MS_PER_S
+
+
+def latency_cdf(runs: Sequence[tuple[str, RunRecords]], sla: Optional[SlaSpec] = None):
+    """Empirical CDFs of TTFT and per-request ITL (ms) over completed requests.
+
+    ``runs`` is a sequence of ``(label, records)``; several runs are overlaid. SLA bounds, if
+    given, are drawn as vertical dashed lines.
+    """
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(10, 4), layout="constrained")
+    axes = fig.subplots(1, 2)
+    metrics = (("ttft_s", "TTFT (ms)", sla.ttft_ms if sla else None),
+               ("itl_s", "ITL per request (ms)", sla.itl_ms if sla else None))
+    for ax, (attr, label, bound) in zip(axes, metrics):
+        for name, records in runs:
+            values = [getattr(r, attr) for r in records.requests if r.status == "completed"]
+            values = np.sort(np.array([v for v in values if v is not None], dtype=float)) * MS_PER_S
+            if len(values):
+                ax.step(values, np.arange(1, len(values) + 1) / len(values), where="post", label=name)
+        if bound is not None:
+            ax.axvline(bound, color="k", linestyle="--", linewidth=1, label=f"SLA {bound:g} ms")
+        ax.set_xlabel(label)
+        ax.set_ylabel("fraction of requests")
+        ax.set_ylim(0, 1.0)
+        ax.grid(True, alpha=0.3)
+        if ax.has_data():
+            ax.set_xscale("log")
+        ax.legend(loc="lower right", fontsize="small")
+    return fig

@@ -1,0 +1,42 @@
+"""The observation interface model code knows: one call per fact, no aggregation.
+
+Layer L3: model processes call a :class:`Probe`; the collector implements it; tests may use
+:class:`NullProbe`. Times are simulation seconds.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, Sequence
+
+COMPLETED = "completed"
+REJECTED = "rejected"
+INCOMPLETE = "incomplete"
+
+
+class Probe(Protocol):
+    def arrived(self, rid: int, at: float) -> None:
+        """Request ``rid`` entered the router queue."""
+
+    def admitted(self, rid: int, at: float, pool: str, worker: int, cached_tokens: int,
+                 lookup_tokens: int) -> None:
+        """A worker admitted ``rid`` into its running batch; on a prompt admission
+        ``lookup_tokens`` prompt tokens were looked up and ``cached_tokens`` of them hit."""
+
+    def tokens(self, rids: Sequence[int], at: float) -> None:
+        """Each of ``rids`` produced one output token at the end of a pass ending at ``at``."""
+
+    def handed_off(self, rid: int, at: float) -> None:
+        """The prompt KV of ``rid`` reached the decode side of the handoff link."""
+
+    def finished(self, rid: int, at: float, status: str) -> None:
+        """``rid`` ended: ``completed`` or ``rejected``."""
+
+
+class NullProbe:
+    """A probe that ignores everything."""
+
+    def arrived(self, rid, at): pass
+    def admitted(self, rid, at, pool, worker, cached_tokens, lookup_tokens): pass
+    def tokens(self, rids, at): pass
+    def handed_off(self, rid, at): pass
+    def finished(self, rid, at, status): pass

@@ -1,0 +1,84 @@
+"""Flat, frozen output rows: the contract between a simulation and its analysis.
+
+Times are simulation seconds (``*_at``) and durations seconds (``*_s``); reports convert to
+milliseconds. Layer L1.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from attrs import frozen
+
+
+@frozen(slots=True)
+class RequestRecord:
+    """What happened to one request.
+
+    ``status`` is ``completed``, ``rejected`` (it can never fit a worker) or ``incomplete``
+    (the run stopped first). ``output_length`` counts the tokens actually produced.
+    Aggregated runs name the serving worker in ``decode_worker`` and leave ``prefill_worker``
+    None. Worker numbers are 0-based within their pool.
+    """
+
+    rid: int
+    arrived_at: float
+    input_length: int
+    requested_output_length: int
+    output_length: int
+    status: str
+    first_admitted_at: Optional[float]
+    first_token_at: Optional[float]
+    second_token_at: Optional[float]
+    last_token_at: Optional[float]
+    finished_at: Optional[float]
+    handed_off_at: Optional[float]
+    cached_tokens: int
+    prefill_worker: Optional[int]
+    decode_worker: Optional[int]
+
+    @property
+    def ttft_s(self) -> Optional[float]:
+        """Time to first token: first token - arrival."""
+        return None if self.first_token_at is None else self.first_token_at - self.arrived_at
+
+    @property
+    def itl_s(self) -> Optional[float]:
+        """Per-request inter-token latency: (last - first token) / (tokens - 1); None below 2."""
+        if self.output_length < 2 or self.first_token_at is None:
+            return None
+        return (self.last_token_at - self.first_token_at) / (self.output_length - 1)
+
+    @property
+    def e2e_s(self) -> Optional[float]:
+        """End-to-end latency: completion - arrival."""
+        return None if self.finished_at is None else self.finished_at - self.arrived_at
+
+    @property
+    def queue_s(self) -> Optional[float]:
+        """Queue time: first admission - arrival."""
+        return None if self.first_admitted_at is None else self.first_admitted_at - self.arrived_at
+
+
+@frozen
+class RunRecords:
+    """Everything a run produced.
+
+    Attributes:
+        requests: one record per request, ordered by ``rid``.
+        end_at: simulated time at which the run stopped (seconds).
+        worker_seconds: provisioned worker time per pool name (seconds).
+        prompt_lookup_tokens: prompt tokens looked up in prefix caches at admissions.
+        prompt_hit_tokens: of those, tokens found cached.
+        token_times: per request (by rid), the time of every output token, or None when
+            the scenario does not record them.
+        passes: forward passes run, per pool name.
+    """
+
+    requests: tuple[RequestRecord, ...]
+    end_at: float
+    worker_seconds: dict
+    prompt_lookup_tokens: int
+    prompt_hit_tokens: int
+    passes: dict
+    token_times: Optional[tuple] = None

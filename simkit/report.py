@@ -1,0 +1,132 @@
+"""Summaries of a run: latency percentiles, throughput, goodput, worker-seconds.
+
+Definitions (REFERENCE.md section 7): TTFT = first token - arrival; per-request ITL =
+(last token - first token) / (tokens - 1), undefined below 2 tokens; E2E = completion -
+arrival; queue = first admission - arrival. Percentiles are nearest-rank (the k-th smallest,
+k = ceil(q/100 * n)), over completed requests, as in the reference. Throughput divides by the
+duration, the time of the last completion. Goodput counts completed requests that meet every
+SLA bound given.
+
+Layer L5: imports records and config only; never sees a live environment.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from simkit.config import SlaSpec
+from simkit.records import RunRecords
+from simkit.units import MS_PER_S
+
+__all__ = ["nearest_rank", "summarize", "render_text"]
+
+PERCENTILES = (50, 90, 99)
+
+
+def nearest_rank(sorted_values: Sequence[float], q: float) -> float:
+    """The nearest-rank q-th percentile of ascending ``sorted_values`` (non-empty)."""
+    n = len(sorted_values)
+    k = min(max(math.ceil(q / 100.0 * n), 1), n)
+    return float(sorted_values[k - 1])
+
+
+def _stats_ms(values_s: list) -> Optional[dict]:
+    if not values_s:
+        return None
+    arr = np.sort(np.asarray(values_s, dtype=float)) * MS_PER_S
+    out = {"mean": float(arr.mean())}
+    for q in PERCENTILES:
+        out[f"p{q}"] = nearest_rank(arr, q)
+    return out
+
+
+def summarize(records: RunRecords, sla: Optional[SlaSpec] = None) -> dict[str, Any]:
+    """A JSON-ready summary of ``records``.
+
+    Keys: ``requests`` {total, completed, rejected, incomplete}; ``ttft_ms``, ``itl_ms``,
+    ``e2e_ms``, ``queue_ms`` {mean, p50, p90, p99} (None when no request qualifies);
+    ``itl_ms_token_weighted``; ``throughput`` {requests_per_s, output_tokens_per_s};
+    ``duration_s``; ``worker_seconds`` per pool; ``prefix_cache_hit_ratio`` (prompt tokens
+    found cached / prompt tokens looked up, counting prompt admissions only); ``passes`` per
+    pool; and ``goodput`` {requests_per_s, output_tokens_per_s, fraction} when ``sla`` sets a
+    bound.
+    """
+    reqs = records.requests
+    done = [r for r in reqs if r.status == "completed"]
+    counts = {
+        "total": len(reqs),
+        "completed": len(done),
+        "rejected": sum(r.status == "rejected" for r in reqs),
+        "incomplete": sum(r.status == "incomplete" for r in reqs),
+    }
+    duration_s = max((r.finished_at for r in done), default=0.0)
+    out_tokens = sum(r.output_length for r in done)
+    span = [(r.last_token_at - r.first_token_at, r.output_length - 1) for r in done if r.output_length > 1]
+    weighted = sum(s for s, _ in span) / sum(n for _, n in span) * MS_PER_S if span else None
+    summary: dict[str, Any] = {
+        "requests": counts,
+        "ttft_ms": _stats_ms([r.ttft_s for r in done if r.ttft_s is not None]),
+        "itl_ms": _stats_ms([r.itl_s for r in done if r.itl_s is not None]),
+        "e2e_ms": _stats_ms([r.e2e_s for r in done]),
+        "queue_ms": _stats_ms([r.queue_s for r in done if r.queue_s is not None]),
+        "itl_ms_token_weighted": weighted,
+        "throughput": {
+            "requests_per_s": len(done) / duration_s if duration_s > 0 else None,
+            "output_tokens_per_s": out_tokens / duration_s if duration_s > 0 else None,
+        },
+        "duration_s": duration_s,
+        "worker_seconds": dict(records.worker_seconds),
+        "prefix_cache_hit_ratio": (records.prompt_hit_tokens / records.prompt_lookup_tokens
+                                   if records.prompt_lookup_tokens else 0.0),
+        "passes": dict(records.passes),
+    }
+    if sla is not None and sla.is_set:
+        good = [r for r in done if _meets(r, sla)]
+        summary["goodput"] = {
+            "requests_per_s": len(good) / duration_s if duration_s > 0 else None,
+            "output_tokens_per_s": sum(r.output_length for r in good) / duration_s if duration_s > 0 else None,
+            "fraction": len(good) / len(reqs) if reqs else None,
+        }
+    return summary
+
+
+def _meets(r, sla: SlaSpec) -> bool:
+    if sla.ttft_ms is not None and (r.ttft_s is None or r.ttft_s * MS_PER_S > sla.ttft_ms):
+        return False
+    if sla.itl_ms is not None and r.itl_s is not None and r.itl_s * MS_PER_S > sla.itl_ms:
+        return False
+    if sla.e2e_ms is not None and r.e2e_s * MS_PER_S > sla.e2e_ms:
+        return False
+    return True
+
+
+def render_text(summary: dict[str, Any], title: str = "") -> str:
+    """A terminal table of the summary."""
+    lines = []
+    if title:
+        lines.append(title)
+    c = summary["requests"]
+    lines.append(f"requests: {c['completed']} completed, {c['rejected']} rejected, "
+                 f"{c['incomplete']} incomplete (of {c['total']})")
+    lines.append(f"{'':10}{'mean':>11}{'p50':>11}{'p90':>11}{'p99':>11}")
+    for key, label in (("ttft_ms", "TTFT ms"), ("itl_ms", "ITL ms"), ("e2e_ms", "E2E ms"),
+                       ("queue_ms", "queue ms")):
+        st = summary[key]
+        if st is None:
+            lines.append(f"{label:10}{'-':>11}{'-':>11}{'-':>11}{'-':>11}")
+        else:
+            lines.append(f"{label:10}" + "".join(f"{st[k]:11.2f}" for k in ("mean", "p50", "p90", "p99")))
+    tp = summary["throughput"]
+    if tp["requests_per_s"] is not None:
+        lines.append(f"throughput: {tp['requests_per_s']:.3f} req/s, "
+                     f"{tp['output_tokens_per_s']:.1f} output tokens/s over {summary['duration_s']:.1f} s")
+    ws = ", ".join(f"{k} {v:.1f}" for k, v in summary["worker_seconds"].items())
+    lines.append(f"worker-seconds: {ws}; prefix cache hit ratio {summary['prefix_cache_hit_ratio']:.3f}")
+    if "goodput" in summary and summary["goodput"]["requests_per_s"] is not None:
+        g = summary["goodput"]
+        lines.append(f"goodput: {g['requests_per_s']:.3f} req/s, {g['output_tokens_per_s']:.1f} "
+                     f"tokens/s, {100 * g['fraction']:.1f}% of requests meet the SLA")
+    return "\n".join(lines)

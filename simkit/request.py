@@ -1,0 +1,53 @@
+"""The immutable description of one request, as every workload source produces it.
+
+Layer L1: plain attrs, no SimPy.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from attrs import frozen
+
+
+@frozen(slots=True)
+class Request:
+    """One inference request.
+
+    Attributes:
+        rid: 0-based id: the index among a trace's non-blank lines, or the generation index.
+        arrived_at: arrival time in seconds after the earliest arrival (time zero).
+        input_length: prompt tokens (ISL), >= 1.
+        output_length: output tokens to generate (OSL), >= 0.
+        hash_ids: prompt identity, one id per ``hash_block_size`` tokens; equal ids mean equal
+            blocks and an id implies its whole prefix (Mooncake semantics). ``None``: a unique
+            prompt that shares nothing.
+        hash_block_size: tokens per entry of ``hash_ids``.
+    """
+
+    rid: int
+    arrived_at: float
+    input_length: int
+    output_length: int
+    hash_ids: Optional[tuple[int, ...]] = None
+    hash_block_size: int = 512
+
+    def block_keys(self, block_size: int) -> list[int]:
+        """Identity keys of the prompt's *full* engine blocks of ``block_size`` tokens.
+
+        The key of engine block i (tokens ``[i*bs, (i+1)*bs)``) names the trace block that
+        holds its last token and the end offset inside it; since trace ids are chained, equal
+        keys mean equal token prefixes. A prompt without ``hash_ids`` shares nothing: no keys.
+        """
+        ids = self.hash_ids
+        if ids is None:
+            return []
+        n_full = self.input_length // block_size
+        tbs = self.hash_block_size
+        keys = []
+        stride = tbs + 1
+        for i in range(1, n_full + 1):
+            end = i * block_size
+            tb = (end - 1) // tbs
+            keys.append(ids[tb] * stride + (end - tb * tbs))
+        return keys

@@ -1,0 +1,276 @@
+"""vLLM-like batch formation for one worker: continuous batching, chunked prefill, a token
+budget, ``max_num_seqs``, prefix caching and recompute preemption.
+
+Each forward pass (REFERENCE.md section 3, vLLM v1's scheduler):
+
+1. Running requests, oldest first, each take tokens from the budget
+   ``max_num_batched_tokens``: one for a decode step, or the next prefill chunk
+   (``min(remaining prompt, budget left)``). If its new KV blocks do not fit, the newest
+   running request is preempted (its blocks freed, its progress recomputed later) until they
+   fit, possibly itself.
+2. Only if nothing was preempted, waiting requests are admitted in arrival order while the
+   budget and ``max_num_seqs`` allow and the *whole* remaining prompt (minus its cached prefix)
+   fits in free blocks; a request is never admitted because only its first chunk fits (bug
+   class 3). Without chunked prefill the whole remaining prompt must fit in the budget.
+
+A request's progress is ``computed`` tokens with KV. While ``computed < prefill_target`` it
+is prefilling (``prefill_target`` is the prompt, or prompt + generated tokens after a
+preemption); a pass that brings it to ``prefill_target`` emits a token, and so does every
+decode step. A decode step's context is its KV length after the pass (prompt + tokens
+generated so far), the ``a`` of the reference's D(a, C).
+
+Prefix caching: the prompt's full blocks have identity keys
+(:meth:`simkit.request.Request.block_keys`); at admission the longest cached prefix is reused,
+except that a full-prompt hit still recomputes the last block; newly scheduled full blocks are
+registered at once, so later requests (even in the same pass) can hit them.
+
+Roles: ``aggregated`` serves a request from prompt to last token; ``prefill`` stops at the end
+of the prompt and holds the KV until the handoff link releases it; ``decode`` receives
+requests whose prompt KV was transferred, and its first pass emits the first token (the
+reference's disaggregated semantics, REFERENCE.md section 5).
+
+Layer L2: pure, no SimPy; the worker process calls :meth:`schedule` and :meth:`complete`.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Optional
+
+from simkit.config import PoolSpec
+from simkit.kvcache import KvCache
+from simkit.request import Request
+
+__all__ = ["Seq", "Batch", "VllmScheduler"]
+
+
+class Seq:
+    """Mutable runtime state of one request on one worker (owned by that worker)."""
+
+    __slots__ = (
+        "req", "rid", "prompt_len", "output_len", "keys", "held", "anon", "computed",
+        "prefill_target", "generated", "transferred", "preemptions", "admissions",
+    )
+
+    def __init__(self, req: Request, transferred: bool = False) -> None:
+        self.req = req
+        self.rid = req.rid
+        self.prompt_len = req.input_length
+        self.output_len = req.output_length
+        self.keys: Optional[list[int]] = None  #: full prompt block keys, computed on admission
+        self.held: list[int] = []  #: identity keys this request holds a reference on
+        self.anon = 0  #: anonymous blocks it holds
+        #: a decode-pool request arrives with its prompt KV: its first step is a decode step
+        self.transferred = transferred
+        self.computed = req.input_length - 1 if transferred else 0
+        self.prefill_target = self.computed if transferred else req.input_length
+        self.generated = 0
+        self.preemptions = 0
+        self.admissions = 0
+
+
+class Batch:
+    """One pass: ``entries`` of (seq, tokens, is_prefill) plus its latency-model shape."""
+
+    __slots__ = ("entries", "prefill_tokens", "decode_requests", "decode_context_tokens",
+                 "admitted", "preempted")
+
+    def __init__(self) -> None:
+        self.entries: list[tuple[Seq, int, bool]] = []
+        self.prefill_tokens = 0
+        self.decode_requests = 0
+        self.decode_context_tokens = 0
+        self.admitted: list[tuple[Seq, int]] = []  #: (seq, cached prompt tokens) admitted now
+        self.preempted: list[Seq] = []
+
+
+class VllmScheduler:
+    """Waiting and running queues and the KV cache of one worker, in role ``role``."""
+
+    def __init__(self, spec: PoolSpec, role: str) -> None:
+        if role not in ("aggregated", "prefill", "decode"):
+            raise ValueError(f"unknown role {role!r}")
+        self.role = role
+        self.block_size = spec.block_size
+        self.budget = spec.max_num_batched_tokens
+        self.max_num_seqs = spec.max_num_seqs
+        self.chunked = spec.enable_chunked_prefill
+        self.caching = spec.enable_prefix_caching
+        self.kv = KvCache(spec.num_gpu_blocks, spec.enable_prefix_caching)
+        self.waiting: deque[Seq] = deque()
+        self.running: list[Seq] = []
+        self.held: dict[int, Seq] = {}  #: prefill role: prompts done, KV awaiting transfer
+
+    # ------------------------------------------------------------------ queue state
+
+    def has_work(self) -> bool:
+        """Whether a pass could be scheduled now or later without new input."""
+        return bool(self.running) or bool(self.waiting)
+
+    def fits_ever(self, seq: Seq) -> bool:
+        """Whether the request can ever be served here: its peak KV (the prompt on a prefill
+        worker; prompt + output - 1 tokens elsewhere) fits in the whole cache, and without
+        chunked prefill its prompt fits in the token budget."""
+        peak = seq.prompt_len if self.role == "prefill" else seq.prompt_len + max(seq.output_len - 1, 0)
+        if -(-peak // self.block_size) > self.kv.capacity:
+            return False
+        return self.chunked or self.role == "decode" or seq.prompt_len <= self.budget
+
+    def add(self, seq: Seq) -> None:
+        """Queue a request (callers first check :meth:`fits_ever`)."""
+        self.waiting.append(seq)
+
+    # ------------------------------------------------------------------ one pass
+
+    def _register(self, seq: Seq, first_block: int, end_tokens: int) -> None:
+        keys = seq.keys
+        if not keys:
+            return
+        last = min(end_tokens // self.block_size, len(keys))
+        kv = self.kv
+        for j in range(first_block, last):
+            if kv.register(keys[j]):
+                seq.held.append(keys[j])
+                seq.anon -= 1
+
+    def _preempt(self, seq: Seq) -> None:
+        self.kv.release(seq.held, seq.anon)
+        seq.held = []
+        seq.anon = 0
+        seq.computed = 0
+        seq.prefill_target = seq.prompt_len + seq.generated
+        seq.transferred = False
+        seq.preemptions += 1
+        self.waiting.appendleft(seq)
+
+    def schedule(self) -> Optional[Batch]:
+        """Form the next pass, allocating its KV blocks; ``None`` if nothing can run."""
+        bs = self.block_size
+        kv = self.kv
+        budget = self.budget
+        batch = Batch()
+        entries = batch.entries
+        running = self.running
+        i = 0
+        while i < len(running) and budget > 0:
+            seq = running[i]
+            computed = seq.computed
+            if computed < seq.prefill_target:
+                n = min(seq.prefill_target - computed, budget)
+                is_prefill = True
+            else:
+                n = 1
+                is_prefill = False
+            need = -(-(computed + n) // bs) - len(seq.held) - seq.anon
+            while need > kv.free_blocks:
+                victim = running.pop()
+                self._preempt(victim)
+                batch.preempted.append(victim)
+                if victim is seq:
+                    break
+            if batch.preempted and batch.preempted[-1] is seq:
+                continue  # seq preempted itself; running shrank past i
+            if need > 0:
+                kv.allocate(need)
+                seq.anon += need
+            if is_prefill:
+                self._register(seq, computed // bs, computed + n)
+                batch.prefill_tokens += n
+            else:
+                batch.decode_requests += 1
+                batch.decode_context_tokens += computed + n
+            entries.append((seq, n, is_prefill))
+            budget -= n
+            i += 1
+        if not batch.preempted:
+            self._admit(batch, budget)
+        return batch if entries else None
+
+    def _admit(self, batch: Batch, budget: int) -> None:
+        bs = self.block_size
+        kv = self.kv
+        waiting = self.waiting
+        running = self.running
+        while waiting and budget > 0 and len(running) < self.max_num_seqs:
+            seq = waiting[0]
+            if seq.keys is None:
+                seq.keys = seq.req.block_keys(bs) if self.caching else []
+            keys = seq.keys
+            hits = in_lru = 0
+            if keys:
+                limit = len(keys) if seq.transferred else (seq.prefill_target - 1) // bs
+                hits, in_lru = kv.match(keys, limit)
+            start = seq.computed if seq.transferred else hits * bs
+            if start < seq.prefill_target:
+                remaining = seq.prefill_target - start
+                if not self.chunked and remaining > budget:
+                    break
+                n = min(remaining, budget)
+                is_prefill = True
+            else:
+                n = 1
+                is_prefill = False
+            whole = -(-max(seq.prefill_target, start + n) // bs) - hits
+            if whole > kv.free_blocks - in_lru:
+                break
+            waiting.popleft()
+            if hits:
+                kv.acquire(keys[:hits])
+                seq.held = keys[:hits]
+            alloc = -(-(start + n) // bs) - hits
+            kv.allocate(alloc)
+            seq.anon = alloc
+            seq.computed = start
+            seq.admissions += 1
+            if is_prefill:
+                self._register(seq, hits, start + n)
+                batch.prefill_tokens += n
+            else:
+                self._register(seq, hits, seq.prompt_len)
+                batch.decode_requests += 1
+                batch.decode_context_tokens += start + n
+            batch.entries.append((seq, n, is_prefill))
+            batch.admitted.append((seq, 0 if seq.transferred else hits * bs))
+            running.append(seq)
+            budget -= n
+
+    def complete(self, batch: Batch) -> tuple[list[Seq], list[Seq], list[Seq]]:
+        """Apply a finished pass.
+
+        Returns ``(emitted, finished, prefilled)``: requests that produced a token in this
+        pass, requests that are done (KV freed), and (prefill role) requests whose prompt is
+        complete and whose KV is now held for the handoff.
+        """
+        emitted: list[Seq] = []
+        finished: list[Seq] = []
+        prefilled: list[Seq] = []
+        prefill_role = self.role == "prefill"
+        for seq, n, _ in batch.entries:
+            seq.computed += n
+            if seq.computed < seq.prefill_target:
+                continue
+            if seq.output_len == 0:
+                finished.append(seq)  # nothing to generate: done when the prompt is
+            elif prefill_role:
+                prefilled.append(seq)
+            else:
+                seq.generated += 1
+                emitted.append(seq)
+                if seq.generated >= seq.output_len:
+                    finished.append(seq)
+        if finished or prefilled:
+            gone = {id(s) for s in finished}
+            gone.update(id(s) for s in prefilled)
+            self.running = [s for s in self.running if id(s) not in gone]
+            for seq in finished:
+                self.kv.release(seq.held, seq.anon)
+                seq.held, seq.anon = [], 0
+            for seq in prefilled:
+                self.held[seq.rid] = seq
+        return emitted, finished, prefilled
+
+    def release(self, rid: int) -> None:
+        """Free the KV of a prefilled request once the handoff link has moved it."""
+        seq = self.held.pop(rid)
+        self.kv.release(seq.held, seq.anon)
+        seq.held, seq.anon = [], 0
