@@ -53,19 +53,27 @@ class ConfigError(Exception):
 # ----------------------------------------------------------------------------- validators
 
 
+class FieldValueError(ValueError):
+    """A field validator's complaint; ``field`` completes the error path."""
+
+    def __init__(self, field_name: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field_name
+
+
 def _finite(_inst: Any, attribute: attrs.Attribute, value: Any) -> None:
     if value is not None and isinstance(value, float) and not math.isfinite(value):
-        raise ValueError(f"'{attribute.name}' must be a finite number: {value!r}")
+        raise FieldValueError(attribute.name, f"'{attribute.name}' must be a finite number: {value!r}")
 
 
 def _positive(_inst: Any, attribute: attrs.Attribute, value: Any) -> None:
     if value is not None and not value > 0:
-        raise ValueError(f"'{attribute.name}' must be > 0: {value!r}")
+        raise FieldValueError(attribute.name, f"'{attribute.name}' must be > 0: {value!r}")
 
 
 def _non_negative(_inst: Any, attribute: attrs.Attribute, value: Any) -> None:
     if value is not None and not value >= 0:
-        raise ValueError(f"'{attribute.name}' must be >= 0: {value!r}")
+        raise FieldValueError(attribute.name, f"'{attribute.name}' must be >= 0: {value!r}")
 
 
 _pos = [_finite, _positive]
@@ -409,7 +417,12 @@ converter.register_unstructure_hook(
 )
 
 
+_FIELD_MARK = re.compile(r"^<<(\w+)>>(.*) @ (\S+)$")
+
+
 def _format_exception(exc: BaseException, type_: Any) -> str:
+    if isinstance(exc, FieldValueError):
+        return f"<<{exc.field}>>{exc}"  # _messages moves the field name onto the path
     if isinstance(exc, ForbiddenExtraKeysError):
         return f"unknown field(s) {', '.join(sorted(exc.extra_fields))}"
     if isinstance(exc, KeyError):
@@ -424,8 +437,14 @@ def _format_exception(exc: BaseException, type_: Any) -> str:
 
 def _messages(exc: BaseException) -> list[str]:
     if isinstance(exc, (ClassValidationError, IterableValidationError)):
-        return cattrs.transform_error(exc, format_exception=_format_exception)
-    return [f"{_format_exception(exc, None)} @ $"]
+        lines = cattrs.transform_error(exc, format_exception=_format_exception)
+    else:
+        lines = [f"{_format_exception(exc, None)} @ $"]
+    out = []
+    for line in lines:
+        m = _FIELD_MARK.match(line)
+        out.append(f"{m.group(2)} @ {m.group(3)}.{m.group(1)}" if m else line)
+    return out
 
 
 def scenario_from_dict(data: Any, source: str = "<scenario>") -> Scenario:

@@ -1,0 +1,60 @@
+"""Shared helpers: tiny scenarios built in Python, requests, and the ../shared locator."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from simkit.config import scenario_from_dict
+from simkit.request import Request
+from simkit.sim import simulate
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED = REPO.parent / "shared"
+
+
+def shared_path(*parts: str) -> Path:
+    """A file under ../shared, or skip the test with a visible reason when it is absent."""
+    path = SHARED.joinpath(*parts)
+    if not path.exists():
+        pytest.skip(f"{path} not found: this test needs the project's ../shared folder (CI has it)")
+    return path
+
+
+def req(rid: int, at_ms: float, isl: int, osl: int, ids=None, tbs: int = 512) -> Request:
+    """A request arriving at ``at_ms`` with prompt ``isl`` and output ``osl`` tokens."""
+    if ids is None:
+        ids = range(1000 * (rid + 1), 1000 * (rid + 1) + -(-isl // tbs))
+    return Request(rid, at_ms / 1000.0, isl, osl, tuple(ids), tbs)
+
+
+def scenario(mode: str = "aggregated", workers: int = 1, decode_workers: int = 1,
+             latency=None, link=None, **pool):
+    """A validated scenario: one pool (or prefill + decode) with engine overrides ``pool``."""
+    if mode == "aggregated":
+        pools = {"aggregated": dict(workers=workers, **pool)}
+    else:
+        pools = {"prefill": dict(workers=workers, **pool), "decode": dict(workers=decode_workers, **pool)}
+    data = {"pools": pools}
+    if latency is not None:
+        data["latency"] = latency
+    if link is not None:
+        data["link"] = link
+    return scenario_from_dict(data)
+
+
+def run(requests, **kwargs):
+    """Simulate ``requests`` on ``scenario(**kwargs)``; returns the records by rid."""
+    return simulate(scenario(**kwargs), requests).requests
+
+
+# The reference polynomial (REFERENCE.md section 4), in ms, for hand derivations.
+def P(n: int) -> float:
+    return 4.209989e-07 * n * n + 1.518344e-02 * n + 16.50142
+
+
+def D(a: int, C: int = 16384 * 64) -> float:
+    u = min(a / C, 1.0)
+    return max(1.0, -25.74 * u * u + 54.01 * u + 5.74)

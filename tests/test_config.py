@@ -1,0 +1,113 @@
+"""Scenario loading: strict structuring, exact error lines, YAML 1.2, round trip, overrides."""
+
+from __future__ import annotations
+
+import pytest
+
+from simkit.config import (
+    ConfigError,
+    dump_scenario,
+    load_scenario,
+    override,
+    parse_overrides,
+    scenario_from_dict,
+    yaml_load,
+)
+
+from conftest import REPO
+
+
+def errors(data):
+    with pytest.raises(ConfigError) as info:
+        scenario_from_dict(data, "s.yaml")
+    return info.value.messages
+
+
+def test_every_problem_is_one_line_with_its_path():
+    msgs = errors({
+        "pools": {"prefill": {"workers": 0, "block_size": 1.5}, "decode": {"workers": "2"}},
+        "latency": {"kind": "quadratic"},
+        "router": {"kind": "round_robin", "weight": 1},
+    })
+    assert sorted(msgs) == sorted([
+        "s.yaml: expected an integer, got 1.5 @ $.pools.prefill.block_size",
+        "s.yaml: expected an integer, got '2' @ $.pools.decode.workers",
+        "s.yaml: unknown kind 'quadratic' (expected one of: constant, polynomial) @ $.latency",
+        "s.yaml: unknown field(s) weight @ $.router",
+    ])
+
+
+def test_range_errors_name_the_field():
+    # (range validators run once a class's types are right, so they come after type errors)
+    assert errors({"pools": {"prefill": {"workers": 0}, "decode": {"max_num_seqs": -1}}}) == [
+        "s.yaml: 'workers' must be > 0: 0 @ $.pools.prefill.workers",
+        "s.yaml: 'max_num_seqs' must be > 0: -1 @ $.pools.decode.max_num_seqs",
+    ]
+
+
+def test_booleans_are_not_integers_and_nan_is_refused():
+    assert errors({"pools": {"aggregated": {"workers": True}}}) == [
+        "s.yaml: expected an integer, got True @ $.pools.aggregated.workers"]
+    assert errors({"pools": {"aggregated": {}}, "sla": {"ttft_ms": float("nan")}}) == [
+        "s.yaml: expected a finite number, got nan @ $.sla.ttft_ms"]
+    assert errors({"pools": {"aggregated": {"enable_prefix_caching": "no"}}}) == [
+        "s.yaml: expected true or false, got 'no' @ $.pools.aggregated.enable_prefix_caching"]
+
+
+def test_cross_field_rules():
+    assert errors({"pools": {"aggregated": {}, "decode": {}}}) == [
+        "s.yaml: give either 'aggregated' or 'prefill' and 'decode', not both @ $.pools"]
+    assert errors({"pools": {"aggregated": {}}, "link": {}}) == [
+        "s.yaml: 'link' applies only to disaggregated pools (prefill + decode) @ $"]
+    assert errors({"pools": {}}) == ["s.yaml: give either 'aggregated' or both 'prefill' and 'decode' @ $.pools"]
+
+
+def test_yaml_1_2_scalars():
+    data = yaml_load("a: 1e-3\nb: no\nc: 010\nd: 0o10\ne: true\nf: 50.0e9\ng: ~\n")
+    assert data == {"a": 0.001, "b": "no", "c": 10, "d": 8, "e": True, "f": 50e9, "g": None}
+
+
+def test_yaml_syntax_error_names_line_and_column(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("pools:\n  aggregated: {workers: [1,\n")
+    with pytest.raises(ConfigError) as info:
+        load_scenario(str(path))
+    (line,) = info.value.messages
+    assert line.startswith(f"{path}:3:1: YAML syntax error")
+
+
+def test_duplicate_keys_are_refused(tmp_path):
+    path = tmp_path / "dup.yaml"
+    path.write_text("seed: 1\nseed: 2\npools: {aggregated: {}}\n")
+    with pytest.raises(ConfigError) as info:
+        load_scenario(str(path))
+    assert info.value.messages == [f"{path}:2:1: YAML syntax error: duplicate key 'seed'"]
+
+
+def test_every_shipped_scenario_loads_and_round_trips(tmp_path):
+    paths = sorted((REPO / "scenarios").glob("*.yaml"))
+    assert {p.name for p in paths} >= {"agg.yaml", "disagg.yaml", "reference_agg.yaml", "reference_disagg.yaml"}
+    for path in paths:
+        scenario = load_scenario(str(path))
+        copy = tmp_path / path.name
+        copy.write_text(dump_scenario(scenario))
+        assert load_scenario(str(copy)) == scenario
+
+
+def test_overrides_are_validated_like_the_file(tmp_path):
+    path = REPO / "scenarios" / "disagg.yaml"
+    s = load_scenario(str(path), parse_overrides(["pools.decode.workers=8", "link.latency_ms=1e-3"]))
+    assert s.pools.decode.workers == 8 and s.link.latency_ms == 0.001
+    with pytest.raises(ConfigError) as info:
+        load_scenario(str(path), parse_overrides(["pools.decode.wrokers=8"]))
+    assert info.value.messages == [f"{path}: unknown field(s) wrokers @ $.pools.decode"]
+    with pytest.raises(ConfigError):
+        parse_overrides(["no_equals_sign"])
+    assert override(s, {"pools.prefill.workers": 3}).pools.prefill.workers == 3
+
+
+def test_relative_trace_path_resolves_against_the_scenario_folder(tmp_path):
+    (tmp_path / "sub").mkdir()
+    path = tmp_path / "sub" / "s.yaml"
+    path.write_text("workload: {kind: mooncake, path: t.jsonl}\npools: {aggregated: {}}\n")
+    assert load_scenario(str(path)).workload.path == str(tmp_path / "sub" / "t.jsonl")

@@ -1,0 +1,49 @@
+"""KV block manager: prefix reuse, reference counts, LRU eviction, conservation."""
+
+import pytest
+
+from simkit.kvcache import KvCache
+
+
+def test_match_acquire_release_and_lru_eviction_order():
+    kv = KvCache(4)
+    kv.allocate(3)
+    assert [kv.register(k) for k in (10, 11, 12)] == [True, True, True]
+    assert (kv.free_blocks, kv.used_blocks) == (1, 3)
+    kv.release([10, 11, 12], 0)  # freed in reverse: 12 is least recently freed
+    assert list(kv.lru) == [12, 11, 10] and kv.free_blocks == 4
+    assert kv.match([10, 11, 12, 13], limit=10) == (3, 3)
+    assert kv.match([10, 11, 12], limit=2) == (2, 2)
+    kv.allocate(2)  # takes the one anonymous block, then evicts 12
+    assert list(kv.lru) == [11, 10]
+    assert kv.match([10, 11, 12], limit=10) == (2, 2)
+    kv.check()
+
+
+def test_shared_blocks_are_reference_counted():
+    kv = KvCache(2)
+    kv.allocate(1)
+    kv.register(7)
+    kv.acquire([7])  # a second request hits the block in use
+    assert kv.ref[7] == 2 and kv.match([7], 5) == (1, 0)
+    kv.release([7], 0)
+    assert kv.ref[7] == 1 and 7 not in kv.lru
+    kv.release([7], 0)
+    assert 7 not in kv.ref and 7 in kv.lru
+    kv.check()
+
+
+def test_duplicate_identity_stays_anonymous():
+    kv = KvCache(3)
+    kv.allocate(2)
+    assert kv.register(5) is True
+    assert kv.register(5) is False
+    assert kv.used_anon == 1 and kv.ref == {5: 1}
+    kv.check()
+
+
+def test_over_allocation_raises():
+    kv = KvCache(2)
+    kv.allocate(2)
+    with pytest.raises(RuntimeError, match="over-allocation"):
+        kv.allocate(1)

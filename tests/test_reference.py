@@ -1,0 +1,35 @@
+"""Fidelity against the reference (Dynamo mocker 1.6.1) on the real Mooncake conversation trace.
+
+The reference's numbers are in tests/data/reference_mooncake_conversation.json (how they were
+made is in its ``_source``). simkit's p50 and p90 of TTFT, ITL and E2E must each be within 5%.
+Needs ../shared/traces (skipped with a reason elsewhere); about 30 s.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from simkit.config import load_scenario
+from simkit.report import summarize
+from simkit.sim import simulate
+
+from conftest import REPO, shared_path
+
+REFERENCE = json.loads((REPO / "tests" / "data" / "reference_mooncake_conversation.json").read_text())
+
+
+@pytest.mark.reference
+@pytest.mark.parametrize("mode", ["agg", "disagg"])
+def test_mooncake_conversation_matches_reference_within_5_percent(mode):
+    trace = shared_path("traces", "mooncake_conversation.jsonl")
+    scenario = load_scenario(str(REPO / "scenarios" / f"reference_{mode}.yaml"),
+                             [("workload", {"kind": "mooncake", "path": str(trace)})])
+    summary = summarize(simulate(scenario, record_token_times=False))
+    ref = REFERENCE[mode]
+    assert summary["requests"] == {"total": 12031, "completed": 12031, "rejected": 0, "incomplete": 0}
+    for metric in ("ttft_ms", "itl_ms", "e2e_ms"):
+        for q in ("p50", "p90"):
+            ours, theirs = summary[metric][q], ref[metric][q]
+            assert abs(ours / theirs - 1) <= 0.05, f"{metric} {q}: simkit {ours:.2f} vs reference {theirs:.2f}"

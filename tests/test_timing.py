@@ -1,0 +1,127 @@
+"""Exact pass timings, derived by hand from the reference polynomial (REFERENCE.md s3-s5).
+
+Each expected value was also observed on the reference (ai-dynamo-runtime 1.6.1) with the
+same settings; the comments give the derivation. Times compare in ms with a 1e-9 relative
+tolerance, i.e. exactly up to float rounding.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import D, P, req, run
+
+ms = lambda x: pytest.approx(x, rel=1e-9)  # noqa: E731
+
+
+def ttft(r):
+    return r.ttft_s * 1000
+
+
+def test_single_request_alone_ttft_is_one_prefill_pass_then_decode_passes():
+    # idle worker starts at once: token 1 at P(1000) = 32.1058589 ms; token 2 after a decode
+    # pass with a = 1000 + 1 (prompt + first token); token 3 with a = 1002
+    (r,) = run([req(0, 0, 1000, 3)])
+    assert ttft(r) == ms(P(1000))
+    assert ttft(r) == ms(32.1058589)
+    assert (r.second_token_at - r.first_token_at) * 1000 == ms(D(1001))
+    assert r.e2e_s * 1000 == ms(P(1000) + D(1001) + D(1002))
+    assert r.itl_s * 1000 == ms((D(1001) + D(1002)) / 2)
+    assert r.status == "completed" and r.output_length == 3
+
+
+def test_ten_thousand_token_prompt_takes_two_chunks():
+    # token budget 8192: chunk 1 = 8192 tokens, chunk 2 = 1808; first token after both
+    (r,) = run([req(0, 0, 10000, 2)])
+    assert ttft(r) == ms(P(8192) + P(1808))
+    assert ttft(r) == ms(214.4661860724992)
+    assert (r.last_token_at - r.first_token_at) * 1000 == ms(D(10001))
+
+
+def test_decode_gap_uses_context_over_kv_capacity():
+    # a small KV cache makes u = a / C large: C = 100 * 64 = 6400 tokens
+    (r,) = run([req(0, 0, 3000, 3)], num_gpu_blocks=100)
+    assert (r.second_token_at - r.first_token_at) * 1000 == ms(D(3001, 6400))
+    assert (r.last_token_at - r.second_token_at) * 1000 == ms(D(3002, 6400))
+
+
+def test_request_arriving_during_a_pass_joins_at_the_next_boundary():
+    # r0 prefills over [0, P(1000)); r1 arrives at 10 ms and is admitted at P(1000) into a mixed
+    # pass: P(500) for its prompt + D(1001) for r0's decode
+    r0, r1 = run([req(0, 0, 1000, 3), req(1, 10, 500, 3)])
+    assert r1.first_admitted_at * 1000 == ms(P(1000))
+    assert r1.queue_s * 1000 == ms(P(1000) - 10)
+    assert r1.first_token_at * 1000 == ms(P(1000) + P(500) + D(1001))
+    assert r0.second_token_at * 1000 == ms(P(1000) + P(500) + D(1001))
+    # next pass: both decode, a = (1000 + 2) + (500 + 1)
+    assert (r0.last_token_at - r0.second_token_at) * 1000 == ms(D(1503))
+
+
+def test_simultaneous_arrivals_share_the_first_pass():
+    r0, r1 = run([req(0, 0, 1000, 3), req(1, 0, 500, 3)])
+    assert ttft(r0) == ttft(r1) == ms(P(1500))
+
+
+def test_two_long_prompts_split_the_budget_in_arrival_order():
+    # pass 1: r0's 6000 tokens + r1's first 2192; pass 2: r1's last 3808 + r0's decode (a=6001)
+    r0, r1 = run([req(0, 0, 6000, 3), req(1, 0, 6000, 3)])
+    assert ttft(r0) == ms(P(8192))
+    assert ttft(r1) == ms(P(8192) + P(3808) + D(6001))
+
+
+def test_disaggregated_ttft_is_prefill_plus_transfer_plus_one_decode_pass():
+    # prefill pass P(1000); instantaneous handoff; the decode worker's first pass (a = 1000)
+    # emits token 1, the next ones a = 1001, 1002
+    (r,) = run([req(0, 0, 1000, 3)], mode="disaggregated")
+    assert ttft(r) == ms(P(1000) + D(1000))
+    assert r.e2e_s * 1000 == ms(P(1000) + D(1000) + D(1001) + D(1002))
+    assert r.handed_off_at * 1000 == ms(P(1000))
+    assert (r.prefill_worker, r.decode_worker) == (0, 0)
+
+
+def test_disaggregated_ttft_counts_link_transfer_and_latency_once():
+    # 2000 tokens * 131072 B / 10 GB/s = 26.2144 ms serialisation + 1.5 ms latency
+    (r,) = run([req(0, 0, 2000, 2)], mode="disaggregated",
+               link={"bandwidth_gb_per_s": 10.0, "latency_ms": 1.5, "channels": 1})
+    transfer = 2000 * 131072 / 10e9 * 1000 + 1.5
+    assert ttft(r) == ms(P(2000) + transfer + D(2000))
+
+
+def test_link_channels_serialise_transfers():
+    # two prompts prefilled in one pass on one prefill worker; one channel: the second transfer
+    # waits for the first, so its handoff lands one serialisation time later
+    recs = run([req(0, 0, 1000, 2), req(1, 0, 1000, 2)], mode="disaggregated",
+               link={"bandwidth_gb_per_s": 1.0, "latency_ms": 0.0, "channels": 1})
+    ser = 1000 * 131072 / 1e9 * 1000
+    assert recs[0].handed_off_at * 1000 == ms(P(2000) + ser)
+    assert recs[1].handed_off_at * 1000 == ms(P(2000) + 2 * ser)
+
+
+def test_constant_latency_model():
+    # prefill pass 10 ms, then one decode pass of 4 ms per further token
+    (r,) = run([req(0, 0, 100, 4)], latency={"kind": "constant", "prefill_ms": 10.0, "decode_ms": 4.0})
+    assert ttft(r) == ms(10.0)
+    assert r.e2e_s * 1000 == ms(22.0)
+    assert r.itl_s * 1000 == ms(4.0)
+
+
+def test_prefix_cache_reuses_whole_blocks_and_recomputes_last_block_of_full_hit():
+    # r0 caches 15 full 64-token blocks of [1, 2] (1000 tokens); r1 identical: hits 960, computes
+    # 40; r2 1024 tokens of [1, 2]: its 16th block was never full before: hits 960, computes 64;
+    # r3 shares trace block 1 only: 512 cached, computes 88
+    recs = run([req(0, 0, 1000, 3, [1, 2]), req(1, 1000, 1000, 3, [1, 2]),
+                req(2, 2000, 1024, 3, [1, 2]), req(3, 3000, 600, 3, [1, 3])])
+    assert [r.cached_tokens for r in recs] == [0, 960, 960, 512]
+    assert [ttft(r) for r in recs] == [ms(P(1000)), ms(P(40)), ms(P(64)), ms(P(88))]
+    # a full-prompt hit of 1024 tokens still recomputes its last block
+    recs = run([req(0, 0, 1024, 2, [1, 2]), req(1, 1000, 1024, 2, [1, 2])])
+    assert recs[1].cached_tokens == 960 and ttft(recs[1]) == ms(P(64))
+
+
+def test_whole_prompt_must_fit_before_admission():
+    # 100 blocks; 3000-token prompts need 47 blocks each: two are admitted (94 blocks), the
+    # third waits until both finish, then prefills alone
+    recs = run([req(i, 0, 3000, 50) for i in range(3)], num_gpu_blocks=100)
+    assert recs[0].first_token_at == recs[1].first_token_at
+    assert recs[2].first_admitted_at == recs[0].finished_at
+    assert ttft(recs[2]) == ms(recs[0].finished_at * 1000 + P(3000))
