@@ -49,13 +49,15 @@ class Simulation:
         if scenario.mode == "disaggregated":
             handoff_queue = simpy.Store(env)
             self.link = KvLink(env, scenario.link, handoff_queue, probe)
+        rank = 0
         for name, spec in scenario.pools.named():
             latency = make_latency_model(scenario.latency, spec.num_gpu_blocks * spec.block_size)
             sink = self.link.send if name == "prefill" else None
             self.pools[name] = [
-                Worker(env, name, wid, name, spec, latency, probe, handoff=sink)
+                Worker(env, name, wid, name, spec, latency, probe, handoff=sink, rank=rank + wid)
                 for wid in range(spec.workers)
             ]
+            rank += spec.workers
         entry = self.pools["aggregated" if scenario.mode == "aggregated" else "prefill"]
         self.router = Router(env, scenario.router, self.router_queue, entry, probe,
                              handoff_queue=handoff_queue, decode_workers=self.pools.get("decode"))

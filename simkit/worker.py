@@ -9,7 +9,10 @@ completions and handoffs to the probe.
 Pass boundaries are decided *after* every other event of the same instant (a
 :class:`PassBoundary` is scheduled behind all normal-priority events), so requests that
 arrive at the instant a pass ends, or at the same instant as each other, join the next pass
-together, as in the reference (which releases arrivals before driving idle workers).
+together, as in the reference (which releases arrivals before driving idle workers). Workers
+whose boundaries fall on the same instant form their batches in worker order (``rank``: the
+prefill pool first, then decode, each by index), as the reference drives idle workers in index
+order; so passes that end together are applied in that order too.
 
 Layer L3: imports simpy, scheduler, engine, probe.
 """
@@ -33,13 +36,14 @@ LATE = 2
 
 
 class PassBoundary(Event):
-    """An event that fires at the current instant after all urgent and normal events."""
+    """An event that fires at the current instant after all urgent and normal events; among
+    boundaries of the same instant, lower ``rank`` first."""
 
-    def __init__(self, env: simpy.Environment) -> None:
+    def __init__(self, env: simpy.Environment, rank: int = 0) -> None:
         super().__init__(env)
         self._ok = True
         self._value = None
-        env.schedule(self, LATE)
+        env.schedule(self, LATE + rank)
 
 
 #: called by a prefill worker for each request whose prompt it finished: (request, worker)
@@ -50,7 +54,8 @@ class Worker:
     """Worker ``wid`` of pool ``pool`` with ``role`` aggregated, prefill or decode."""
 
     def __init__(self, env: simpy.Environment, pool: str, wid: int, role: str, spec: PoolSpec,
-                 latency: LatencyModel, probe: Probe, handoff: Optional[HandoffSink] = None) -> None:
+                 latency: LatencyModel, probe: Probe, handoff: Optional[HandoffSink] = None,
+                 rank: int = 0) -> None:
         if role == "prefill" and handoff is None:
             raise ValueError("a prefill worker needs a handoff sink")
         self.env = env
@@ -62,6 +67,7 @@ class Worker:
         self.handoff = handoff
         self.sched = VllmScheduler(spec, role)
         self.inbox = Inbox(env)
+        self.rank = rank  #: tie-break order of same-instant pass boundaries
         self.passes = 0
         self.busy_s = 0.0
 
@@ -88,10 +94,11 @@ class Worker:
         pass_time_s = self.latency.pass_time_s
         pool, wid = self.pool, self.wid
         prompt_pool = self.role != "decode"
+        rank = self.rank
         while True:
             if not sched.has_work():
                 self._accept((yield inbox.get()))
-            yield PassBoundary(env)
+            yield PassBoundary(env, rank)
             for msg in inbox.drain():
                 self._accept(msg)
             batch = sched.schedule()
