@@ -52,12 +52,38 @@ def _parser() -> argparse.ArgumentParser:
 
 def _default_out(name: str) -> str:
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name) or "run"
+    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name).lstrip(".") or "run"
     base = os.path.join("runs", f"{safe}-{stamp}")
     out, k = base, 2
     while os.path.exists(out):
         out, k = f"{base}-{k}", k + 1
     return out
+
+
+def _check_out(out_dir: str, force: bool, inputs: Sequence[str]) -> Optional[str]:
+    """Why ``out_dir`` cannot receive results, or None. Checked before the run starts."""
+    out = os.path.realpath(out_dir)
+    here = os.path.realpath(os.getcwd())
+    if here == out or here.startswith(out + os.sep):
+        return f"{out_dir}: refusing to write results over the current folder or one that contains it"
+    for path in inputs:
+        real = os.path.realpath(path)
+        if real.startswith(out + os.sep):
+            return f"{out_dir}: refusing to replace a folder that holds the input {path}"
+    if os.path.exists(out_dir):
+        if not os.path.isdir(out_dir):
+            return f"{out_dir}: exists and is not a folder; choose another --out"
+        if os.listdir(out_dir) and not force:
+            return f"{out_dir}: output folder exists and is not empty; choose another --out or add --force"
+    parent = os.path.dirname(out) or "."
+    probe = parent
+    while not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    if not os.path.isdir(probe):
+        return f"{out_dir}: cannot create the output folder: {probe} is not a folder"
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return f"{out_dir}: cannot create the output folder: {probe} is not writable"
+    return None
 
 
 def _fail(lines: Sequence[str]) -> int:
@@ -79,10 +105,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except ConfigError as exc:
         return _fail(exc.messages)
     out_dir = args.out or _default_out(scenario.name)
-    if os.path.exists(out_dir) and not args.force and (
-            not os.path.isdir(out_dir) or os.listdir(out_dir)):
-        return _fail([f"{out_dir}: output folder exists and is not empty; "
-                      "choose another --out or add --force"])
+    inputs = [args.scenario] + ([scenario.workload.path] if hasattr(scenario.workload, "path") else [])
+    problem = _check_out(out_dir, args.force, inputs)
+    if problem:
+        return _fail([problem])
     wall0 = time.perf_counter()
     try:
         sim = build(scenario)

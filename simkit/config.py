@@ -76,8 +76,19 @@ def _non_negative(_inst: Any, attribute: attrs.Attribute, value: Any) -> None:
         raise FieldValueError(attribute.name, f"'{attribute.name}' must be >= 0: {value!r}")
 
 
+def _at_most(limit: int):
+    def check(_inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+        if value is not None and value > limit:
+            raise FieldValueError(attribute.name, f"'{attribute.name}' must be <= {limit}: {value!r}")
+
+    return check
+
+
 _pos = [_finite, _positive]
 _nonneg = [_finite, _non_negative]
+#: sizes: positive and bounded (a typo like 10**20 workers must fail, not hang)
+_count = [_positive, _at_most(1_000_000)]
+_tokens = [_positive, _at_most(1 << 31)]
 
 # ----------------------------------------------------------------------------- workload
 
@@ -87,7 +98,7 @@ class FixedLength:
     """Every request has ``value`` tokens."""
 
     kind: Literal["fixed"] = "fixed"
-    value: int = field(default=1, validator=_pos)  #: tokens
+    value: int = field(default=1, validator=_tokens)  #: tokens
 
 
 @frozen
@@ -95,8 +106,8 @@ class UniformLength:
     """Integer lengths drawn uniformly from ``[low, high]`` (both inclusive)."""
 
     kind: Literal["uniform"] = "uniform"
-    low: int = field(default=1, validator=_pos)  #: tokens
-    high: int = field(default=1, validator=_pos)  #: tokens
+    low: int = field(default=1, validator=_tokens)  #: tokens
+    high: int = field(default=1, validator=_tokens)  #: tokens
 
     def __attrs_post_init__(self) -> None:
         if self.high < self.low:
@@ -114,8 +125,8 @@ class LognormalLength:
     kind: Literal["lognormal"] = "lognormal"
     mean: float = field(default=1000.0, validator=_pos)  #: tokens
     sigma: float = field(default=1.0, validator=_nonneg)  #: log-space standard deviation
-    min: int = field(default=1, validator=_pos)  #: tokens, lower clip
-    max: Optional[int] = field(default=None, validator=_pos)  #: tokens, upper clip (None: none)
+    min: int = field(default=1, validator=_tokens)  #: tokens, lower clip
+    max: Optional[int] = field(default=None, validator=_tokens)  #: tokens, upper clip (None: none)
 
     def __attrs_post_init__(self) -> None:
         if self.max is not None and self.max < self.min:
@@ -142,8 +153,8 @@ class SharedPrefix:
     random) and its first ``prefix_tokens`` tokens (cut to its length) are the group's prefix,
     so they can hit the prefix cache of a worker that served the same group."""
 
-    num_groups: int = field(default=8, validator=_pos)
-    prefix_tokens: int = field(default=1024, validator=_pos)
+    num_groups: int = field(default=8, validator=_count)
+    prefix_tokens: int = field(default=1024, validator=_tokens)
 
 
 @frozen
@@ -156,12 +167,12 @@ class SyntheticWorkload:
     """
 
     kind: Literal["synthetic"] = "synthetic"
-    num_requests: int = field(default=1000, validator=_pos)
+    num_requests: int = field(default=1000, validator=[_positive, _at_most(100_000_000)])
     arrival: ArrivalSpec = field(factory=PoissonArrival)
     input_tokens: LengthSpec = field(factory=lambda: LognormalLength(mean=2000.0, sigma=0.8))
     output_tokens: LengthSpec = field(factory=lambda: UniformLength(low=50, high=400))
     shared_prefix: Optional[SharedPrefix] = None
-    trace_block_size: int = field(default=16, validator=_pos)  #: tokens per prompt identity block
+    trace_block_size: int = field(default=16, validator=_tokens)  #: tokens per prompt identity block
 
 
 @frozen
@@ -176,7 +187,7 @@ class MooncakeTrace:
 
     kind: Literal["mooncake"] = "mooncake"
     path: str = ""
-    trace_block_size: int = field(default=512, validator=_pos)  #: tokens per hash id
+    trace_block_size: int = field(default=512, validator=_tokens)  #: tokens per hash id
     arrival_speedup_ratio: float = field(default=1.0, validator=_pos)
 
     def __attrs_post_init__(self) -> None:
@@ -223,11 +234,11 @@ class PoolSpec:
     vLLM's (``max_num_batched_tokens`` 8192, ``max_num_seqs`` 256).
     """
 
-    workers: int = field(default=1, validator=_pos)  #: workers in the pool
-    block_size: int = field(default=64, validator=_pos)  #: tokens per KV cache block
-    num_gpu_blocks: int = field(default=16384, validator=_pos)  #: KV cache blocks per worker
-    max_num_batched_tokens: int = field(default=8192, validator=_pos)  #: token budget per pass
-    max_num_seqs: int = field(default=256, validator=_pos)  #: running requests per pass
+    workers: int = field(default=1, validator=[_positive, _at_most(10_000)])  #: workers in the pool
+    block_size: int = field(default=64, validator=_tokens)  #: tokens per KV cache block
+    num_gpu_blocks: int = field(default=16384, validator=_tokens)  #: KV cache blocks per worker
+    max_num_batched_tokens: int = field(default=8192, validator=_tokens)  #: token budget per pass
+    max_num_seqs: int = field(default=256, validator=_count)  #: running requests per pass
     enable_prefix_caching: bool = True
     enable_chunked_prefill: bool = True
 
@@ -272,8 +283,8 @@ class LinkSpec:
 
     bandwidth_gb_per_s: Optional[float] = field(default=None, validator=_pos)
     latency_ms: float = field(default=0.0, validator=_nonneg)
-    channels: int = field(default=1, validator=_pos)
-    kv_bytes_per_token: int = field(default=131072, validator=_pos)
+    channels: int = field(default=1, validator=_count)
+    kv_bytes_per_token: int = field(default=131072, validator=[_positive, _at_most(1 << 40)])
 
 
 @frozen
@@ -312,7 +323,8 @@ class Scenario:
     #: the handoff link; only for disaggregated pools (filled in with defaults there)
     link: Optional[LinkSpec] = None
     router: RouterSpec = field(factory=RoundRobinRouter)
-    sla: SlaSpec = field(factory=SlaSpec)
+    #: latency bounds for goodput (optional; null or {} for none)
+    sla: Optional[SlaSpec] = field(factory=SlaSpec, converter=lambda v: SlaSpec() if v is None else v)
     #: stop the run at this simulated time; requests not finished are reported incomplete
     max_sim_time_s: Optional[float] = field(default=None, validator=_pos)
 
@@ -359,7 +371,7 @@ def _kind_hook(kinds: dict[str, type]):
 
     def structure(value: Any, _type: Any) -> Any:
         if not isinstance(value, dict):
-            raise TypeError(f"expected a mapping with a 'kind' (one of: {expected}), got {value!r}")
+            raise TypeError(f"expected a mapping with a 'kind' (one of: {expected}), got {_describe(value)}")
         kind = value.get("kind")
         if kind not in kinds:
             if "kind" not in value:
@@ -395,6 +407,25 @@ def _literal_hook(value: Any, type_: Any) -> Any:
     return value
 
 
+def _mapping_factory(cls: type):
+    inner = make_dict_structure_fn(cls, converter, _cattrs_forbid_extra_keys=True)
+
+    def structure(value: Any, type_: Any) -> Any:
+        if not isinstance(value, dict):
+            raise TypeError(f"expected a mapping, got {_describe(value)}")
+        return inner(value, type_)
+
+    return structure
+
+
+def _describe(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, (list, tuple)):
+        return f"a list {value!r}"[:80]
+    return repr(value)[:80]
+
+
 def _make_converter() -> cattrs.Converter:
     conv = cattrs.Converter(forbid_extra_keys=True)
     conv.register_structure_hook(int, _strict(int, "an integer"))
@@ -409,6 +440,7 @@ def _make_converter() -> cattrs.Converter:
 
 #: The one strict converter: no extra keys, no silent coercion, ``kind``-tagged unions.
 converter = _make_converter()
+converter.register_structure_hook_factory(attrs.has, _mapping_factory)
 for _union, _kinds in _UNIONS.items():
     converter.register_structure_hook(_union, _kind_hook(_kinds))
 converter.register_unstructure_hook(
@@ -424,7 +456,7 @@ def _format_exception(exc: BaseException, type_: Any) -> str:
     if isinstance(exc, FieldValueError):
         return f"<<{exc.field}>>{exc}"  # _messages moves the field name onto the path
     if isinstance(exc, ForbiddenExtraKeysError):
-        return f"unknown field(s) {', '.join(sorted(exc.extra_fields))}"
+        return f"unknown field(s) {', '.join(sorted(map(str, exc.extra_fields)))}"
     if isinstance(exc, KeyError):
         return "required field missing"
     if isinstance(exc, (TypeError, ValueError)) and str(exc):
@@ -454,9 +486,11 @@ def scenario_from_dict(data: Any, source: str = "<scenario>") -> Scenario:
         ConfigError: one ``SOURCE: message @ $.path`` line per problem.
     """
     if not isinstance(data, dict):
-        raise ConfigError([f"{source}: expected a mapping at the top level, got {type(data).__name__} @ $"])
+        raise ConfigError([f"{source}: expected a mapping at the top level, got {_describe(data)} @ $"])
     try:
         return converter.structure(data, Scenario)
+    except RecursionError:
+        raise ConfigError([f"{source}: the scenario is nested too deeply @ $"]) from None
     except Exception as exc:  # cattrs wraps every field error; we report them all
         raise ConfigError([f"{source}: {m}" for m in _messages(exc)]) from None
 
@@ -487,22 +521,33 @@ for _tag, _rx, _first in _RESOLVERS:
 
 def _construct_int(loader: yaml.SafeLoader, node: yaml.Node) -> int:
     text = loader.construct_scalar(node)
-    if text.startswith("0o"):
-        return int(text[2:], 8)
-    if text.startswith("0x"):
-        return int(text[2:], 16)
-    return int(text, 10)
+    try:
+        if text.startswith("0o"):
+            return int(text[2:], 8)
+        if text.startswith("0x"):
+            return int(text[2:], 16)
+        return int(text, 10)
+    except ValueError:
+        raise yaml.constructor.ConstructorError(
+            None, None, f"{text!r} is not an integer", node.start_mark) from None
 
 
 def _construct_float(loader: yaml.SafeLoader, node: yaml.Node) -> float:
-    text = loader.construct_scalar(node).lower()
-    return float(text.replace(".inf", "inf").replace(".nan", "nan"))
+    text = loader.construct_scalar(node)
+    try:
+        return float(text.lower().replace(".inf", "inf").replace(".nan", "nan"))
+    except ValueError:
+        raise yaml.constructor.ConstructorError(
+            None, None, f"{text!r} is not a number", node.start_mark) from None
 
 
 def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict:
     seen: dict[Any, Any] = {}
     for key_node, _ in node.value:
         key = loader.construct_object(key_node)
+        if not isinstance(key, str):
+            raise yaml.constructor.ConstructorError(
+                None, None, f"mapping key {key!r} is not a string", key_node.start_mark)
         if key in seen:
             raise yaml.constructor.ConstructorError(
                 None, None, f"duplicate key {key!r}", key_node.start_mark
@@ -531,6 +576,8 @@ def yaml_load(text: str, source: str = "<yaml>") -> Any:
         raise ConfigError([f"{where}: YAML syntax error: {problem}"]) from None
     except yaml.YAMLError as exc:
         raise ConfigError([f"{source}: YAML error: {exc}"]) from None
+    except RecursionError:
+        raise ConfigError([f"{source}: YAML nested too deeply"]) from None
 
 
 # ----------------------------------------------------------------------------- loading
@@ -598,7 +645,22 @@ def load_scenario(path: str, overrides: Optional[list[tuple[str, Any]]] = None) 
         _set_dotted(data, key, value, source=f"--set {key}")
         if key == "workload.path" or (key == "workload" and isinstance(value, dict)):
             _resolve_workload_path(data, os.getcwd())
-    return scenario_from_dict(data, source=path)
+    try:
+        return scenario_from_dict(data, source=path)
+    except ConfigError as exc:
+        raise ConfigError([_blame_override(m, path, overrides or []) for m in exc.messages]) from None
+
+
+def _blame_override(message: str, path: str, overrides: list[tuple[str, Any]]) -> str:
+    """Name the ``--set`` that introduced the bad value instead of the file, when one did."""
+    where = message.rpartition(" @ ")[2]
+    for key, _ in reversed(overrides):
+        target = "$." + key
+        if where == target or where.startswith(target + ".") or (
+                "unknown field(s)" in message and target.startswith(where + ".")
+                and target.rpartition(".")[2] in message):
+            return f"--set {key}" + message[len(path):]
+    return message
 
 
 def to_dict(scenario: Scenario) -> dict:

@@ -59,6 +59,9 @@ def write_run(out_dir: str, scenario: Scenario, records: RunRecords, summary: di
     parent = os.path.dirname(out_dir)
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=".simkit-", dir=parent)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes 0700; a results folder is an ordinary folder
     try:
         with open(os.path.join(tmp, "summary.json"), "w", encoding="utf-8") as f:
             json.dump(summary, f, indent=2)

@@ -41,5 +41,8 @@ def latency_cdf(runs: Sequence[tuple[str, RunRecords]], sla: Optional[SlaSpec] =
         ax.grid(True, alpha=0.3)
         if ax.has_data():
             ax.set_xscale("log")
-        ax.legend(loc="lower right", fontsize="small")
+            ax.legend(loc="lower right", fontsize="small")
+        else:
+            ax.text(0.5, 0.5, "no completed request has this metric", ha="center", va="center",
+                    transform=ax.transAxes)
     return fig

@@ -42,14 +42,25 @@ class TraceError(Exception):
         self.path, self.line, self.message = path, line, message
 
 
+def _json_type(value: Any) -> str:
+    """The JSON name of a parsed value's type (object, array, string, number, boolean, null)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    return {dict: "object", list: "array", str: "string"}.get(type(value), "number")
+
+
 def _int_field(obj: dict, name: str, minimum: int, path: str, line: int) -> int:
     if name not in obj:
         raise TraceError(path, line, f"missing field {name!r} (expected an integer >= {minimum})")
     value = obj[name]
-    if isinstance(value, float) and value.is_integer() and math.isfinite(value):
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int):
         raise TraceError(path, line, f"field {name!r} is {value!r}; expected an integer >= {minimum}")
+    if value > 1 << 40:
+        raise TraceError(path, line, f"field {name!r} is {value}; expected an integer <= {1 << 40}")
     if value < minimum:
         raise TraceError(path, line, f"field {name!r} is {value}; expected an integer >= {minimum}")
     return value
@@ -62,13 +73,18 @@ def _parse_mooncake_line(text: str, path: str, line: int, tbs: int) -> tuple[flo
         raise TraceError(path, line, f"not valid JSON ({exc.msg} at column {exc.colno}); "
                          "expected one JSON object per line") from None
     if not isinstance(obj, dict):
-        raise TraceError(path, line, f"found a JSON {type(obj).__name__}; expected an object "
+        raise TraceError(path, line, f"found a JSON {_json_type(obj)}; expected an object "
                          "with timestamp, input_length, output_length, hash_ids")
     if "timestamp" not in obj:
         raise TraceError(path, line, "missing field 'timestamp' (expected milliseconds >= 0)")
     ts = obj["timestamp"]
-    if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not math.isfinite(ts) or ts < 0:
-        raise TraceError(path, line, f"field 'timestamp' is {ts!r}; expected milliseconds >= 0")
+    try:
+        ok = not isinstance(ts, bool) and isinstance(ts, (int, float)) and math.isfinite(float(ts)) and ts >= 0
+    except OverflowError:
+        ok = False
+    if not ok:
+        shown = repr(ts) if len(repr(ts)) <= 40 else repr(ts)[:37] + "..."
+        raise TraceError(path, line, f"field 'timestamp' is {shown}; expected finite milliseconds >= 0")
     isl = _int_field(obj, "input_length", 1, path, line)
     osl = _int_field(obj, "output_length", 0, path, line)
     ids = obj.get("hash_ids")

@@ -118,3 +118,32 @@ def test_oversized_request_is_rejected_and_the_rest_complete(tmp_path):
                  "--set", "pools.aggregated.workers=1"]) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["requests"] == {"total": 2, "completed": 1, "rejected": 1, "incomplete": 0}
+
+
+def test_out_must_not_swallow_the_current_folder_or_inputs(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "keep.txt").write_text("x")
+    scen = tmp_path / "s.yaml"
+    scen.write_text((REPO / "scenarios" / "agg.yaml").read_text())
+    assert main([str(scen), "--out", ".", "--force", *SMALL]) == 2
+    assert "refusing to write results over the current folder" in capsys.readouterr().err
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (sub / "s.yaml").write_text(scen.read_text())
+    assert main([str(sub / "s.yaml"), "--out", str(sub), "--force", *SMALL]) == 2
+    assert "holds the input" in capsys.readouterr().err
+    (tmp_path / "afile").write_text("x")
+    assert main([str(scen), "--out", "afile/out", *SMALL]) == 2
+    assert "afile is not a folder" in capsys.readouterr().err
+    assert (tmp_path / "keep.txt").exists() and (sub / "s.yaml").exists()
+
+
+def test_run_where_nothing_completes_still_plots_without_warnings(tmp_path):
+    out = tmp_path / "o"
+    # every request is larger than a 2-block cache: all rejected, the plot says so
+    assert main(["scenarios/agg.yaml", "--out", str(out), "--quiet", *SMALL,
+                 "--set", "pools.aggregated.num_gpu_blocks=2"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["requests"]["rejected"] == 60 and summary["ttft_ms"] is None
+    assert (out / "latency_cdf.png").exists()
+    assert oct(os.stat(out).st_mode & 0o777) != oct(0o700)

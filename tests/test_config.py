@@ -62,6 +62,29 @@ def test_cross_field_rules():
     assert errors({"pools": {}}) == ["s.yaml: give either 'aggregated' or both 'prefill' and 'decode' @ $.pools"]
 
 
+def test_hostile_yaml_is_a_config_error_not_a_crash(tmp_path):
+    cases = {
+        "nonstr.yaml": ("1: 2\npools: {aggregated: {}}\n", "mapping key 1 is not a string"),
+        "unhashable.yaml": ("? [a, b]\n: 1\n", "YAML syntax error"),
+        "badtag.yaml": ("pools: {aggregated: {workers: !!int abc}}\n", "'abc' is not an integer"),
+        "deep.yaml": ("x: " + "[" * 3000 + "\n", "nested too deeply"),
+    }
+    for name, (text, expected) in cases.items():
+        path = tmp_path / name
+        path.write_text(text)
+        with pytest.raises(ConfigError) as info:
+            load_scenario(str(path))
+        assert expected in info.value.messages[0], (name, info.value.messages)
+
+
+def test_mapping_expected_and_bounds():
+    assert errors({"pools": {"aggregated": 5}}) == ["s.yaml: expected a mapping, got 5 @ $.pools.aggregated"]
+    assert errors({"pools": None}) == ["s.yaml: expected a mapping, got null @ $.pools"]
+    assert errors({"pools": {"aggregated": {"workers": 10**20}}}) == [
+        "s.yaml: 'workers' must be <= 10000: 100000000000000000000 @ $.pools.aggregated.workers"]
+    assert scenario_from_dict({"pools": {"aggregated": {}}, "sla": None}).sla.is_set is False
+
+
 def test_yaml_1_2_scalars():
     data = yaml_load("a: 1e-3\nb: no\nc: 010\nd: 0o10\ne: true\nf: 50.0e9\ng: ~\n")
     assert data == {"a": 0.001, "b": "no", "c": 10, "d": 8, "e": True, "f": 50e9, "g": None}
@@ -100,7 +123,11 @@ def test_overrides_are_validated_like_the_file(tmp_path):
     assert s.pools.decode.workers == 8 and s.link.latency_ms == 0.001
     with pytest.raises(ConfigError) as info:
         load_scenario(str(path), parse_overrides(["pools.decode.wrokers=8"]))
-    assert info.value.messages == [f"{path}: unknown field(s) wrokers @ $.pools.decode"]
+    # the error names the --set that caused it, not the file
+    assert info.value.messages == ["--set pools.decode.wrokers: unknown field(s) wrokers @ $.pools.decode"]
+    with pytest.raises(ConfigError) as info:
+        load_scenario(str(path), parse_overrides(["pools.decode.workers=abc"]))
+    assert info.value.messages == ["--set pools.decode.workers: expected an integer, got 'abc' @ $.pools.decode.workers"]
     with pytest.raises(ConfigError):
         parse_overrides(["no_equals_sign"])
     assert override(s, {"pools.prefill.workers": 3}).pools.prefill.workers == 3

@@ -27,7 +27,7 @@ def test_loads_sorts_stably_and_rebases_time(tmp_path):
 
 @pytest.mark.parametrize("line, message", [
     ('{"timestamp": 0, "input_length": 10', "not valid JSON"),
-    ("[1, 2]", "found a JSON list; expected an object"),
+    ("[1, 2]", "found a JSON array; expected an object"),
     ('{"input_length": 10, "output_length": 1}', "missing field 'timestamp'"),
     ('{"timestamp": 0, "output_length": 1}', "missing field 'input_length'"),
     ('{"timestamp": 0, "input_length": "10", "output_length": 1}', "field 'input_length' is '10'"),
@@ -67,3 +67,10 @@ def test_synthetic_is_seeded_and_shares_prefixes():
     assert len(firsts) == 2
     assert all(100 <= r.input_length <= 200 for r in a)
     assert isinstance(spec, SyntheticWorkload)
+
+
+def test_huge_numbers_are_refused_not_crashed(tmp_path):
+    with pytest.raises(TraceError, match="expected finite milliseconds"):
+        load(tmp_path, '{"timestamp": 1' + "0" * 400 + ', "input_length": 5, "output_length": 1}\n')
+    with pytest.raises(TraceError, match="found a JSON null"):
+        load(tmp_path, "null\n")
