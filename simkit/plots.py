@@ -28,11 +28,13 @@ def latency_cdf(runs: Sequence[tuple[str, RunRecords]], sla: Optional[SlaSpec] =
     metrics = (("ttft_s", "TTFT (ms)", sla.ttft_ms if sla else None),
                ("itl_s", "ITL per request (ms)", sla.itl_ms if sla else None))
     for ax, (attr, label, bound) in zip(axes, metrics):
+        lo, hi = np.inf, 0.0
         for name, records in runs:
             values = [getattr(r, attr) for r in records.requests if r.status == "completed"]
             values = np.sort(np.array([v for v in values if v is not None], dtype=float)) * MS_PER_S
             if len(values):
                 ax.step(values, np.arange(1, len(values) + 1) / len(values), where="post", label=name)
+                lo, hi = min(lo, values[0]), max(hi, values[-1])
         if bound is not None:
             ax.axvline(bound, color="k", linestyle="--", linewidth=1, label=f"SLA {bound:g} ms")
         ax.set_xlabel(label)
@@ -40,7 +42,8 @@ def latency_cdf(runs: Sequence[tuple[str, RunRecords]], sla: Optional[SlaSpec] =
         ax.set_ylim(0, 1.0)
         ax.grid(True, alpha=0.3)
         if ax.has_data():
-            ax.set_xscale("log")
+            if lo > 0 and hi / lo > 10:  # log axis only when the values span over a decade
+                ax.set_xscale("log")
             ax.legend(loc="lower right", fontsize="small")
         else:
             ax.text(0.5, 0.5, "no completed request has this metric", ha="center", va="center",
