@@ -79,6 +79,23 @@ class Collector:
             if times is not None:
                 times[rid].append(at)
 
+    def token_run(self, rids: Sequence[int], times: Sequence[float]) -> None:
+        n_tokens, last = self.n_tokens, self.last_token_at
+        token_times = self.token_times
+        n = len(times)
+        for rid in rids:
+            count = n_tokens[rid]
+            if count == 0:
+                self.first_token_at[rid] = times[0]
+                if n > 1:
+                    self.second_token_at[rid] = times[1]
+            elif count == 1:
+                self.second_token_at[rid] = times[0]
+            n_tokens[rid] = count + n
+            last[rid] = times[-1]
+            if token_times is not None:
+                token_times[rid].extend(times)
+
     def handed_off(self, rid: int, at: float) -> None:
         self.handed_off_at[rid] = at
 

@@ -6,7 +6,31 @@ other's classes.
 
 from __future__ import annotations
 
+from heapq import heappush
+
 import simpy
+from simpy.core import NORMAL
+from simpy.events import Event
+
+
+class Environment(simpy.Environment):
+    """SimPy's environment plus :meth:`timeout_at`.
+
+    ``env.timeout(delay)`` fires at ``now + delay`` rounded, and some float times cannot be
+    reached that way from a given ``now``. Fast-forwarded decode runs must end on the very
+    float the per-pass path reaches by adding pass times one by one, so they schedule at an
+    absolute time. Uses the event queue as SimPy 4 lays it out: (time, priority, id, event).
+    """
+
+    def timeout_at(self, at: float) -> Event:
+        """An event that succeeds at exactly time ``at`` (>= now), NORMAL priority."""
+        if at < self._now:
+            raise ValueError(f"timeout_at({at}) is in the past (now {self._now})")
+        event = Event(self)
+        event._ok = True
+        event._value = None
+        heappush(self._queue, (at, NORMAL, next(self._eid), event))
+        return event
 
 
 class Released:

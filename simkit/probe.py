@@ -25,6 +25,10 @@ class Probe(Protocol):
     def tokens(self, rids: Sequence[int], at: float) -> None:
         """Each of ``rids`` produced one output token at the end of a pass ending at ``at``."""
 
+    def token_run(self, rids: Sequence[int], times: Sequence[float]) -> None:
+        """Each of ``rids`` produced one token at each of ``times`` (ascending): a
+        fast-forwarded run of passes, equal to one :meth:`tokens` call per time."""
+
     def handed_off(self, rid: int, at: float) -> None:
         """The prompt KV of ``rid`` reached the decode side of the handoff link."""
 
@@ -38,5 +42,6 @@ class NullProbe:
     def arrived(self, rid, at): pass
     def admitted(self, rid, at, pool, worker, cached_tokens, lookup_tokens): pass
     def tokens(self, rids, at): pass
+    def token_run(self, rids, times): pass
     def handed_off(self, rid, at): pass
     def finished(self, rid, at, status): pass

@@ -269,6 +269,74 @@ class VllmScheduler:
                 self.held[seq.rid] = seq
         return emitted, finished, prefilled
 
+    # ------------------------------------------------------------------ fast-forward
+
+    def decode_run_length(self, batch: Batch) -> int:
+        """How many passes, starting with ``batch``, are certain to repeat it exactly.
+
+        Nonzero only for a pure-decode batch with nothing waiting and nothing preempted:
+        then, barring a new arrival, every following pass schedules the same requests, one
+        token each, until one of them finishes. The run is cut so that the KV blocks of all its
+        passes are free now (so no pass can preempt). Returns k >= 1 (k = 1: no run).
+        """
+        if batch.prefill_tokens or batch.admitted or batch.preempted or self.waiting:
+            return 1
+        entries = batch.entries
+        if len(entries) != len(self.running):
+            return 1  # the budget cut the batch short: later passes could differ
+        k = min(seq.output_len - seq.generated for seq, _, _ in entries)
+        if k <= 1:
+            return 1
+        bs = self.block_size
+        free = self.kv.free_blocks
+
+        def extra_blocks(passes: int) -> int:  # blocks needed by passes 2..passes
+            total = 0
+            for seq, _, _ in entries:
+                total += -(-(seq.computed + passes) // bs) - len(seq.held) - seq.anon
+            return total
+
+        if extra_blocks(k) > free:
+            lo, hi = 1, k  # largest k that fits: extra_blocks is monotone in k
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if extra_blocks(mid) <= free:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            k = lo
+        return k
+
+    def complete_decode_run(self, batch: Batch, passes: int) -> list[Seq]:
+        """Apply ``passes`` consecutive repeats of the pure-decode ``batch`` (the first pass's
+        blocks were allocated by :meth:`schedule`); returns the requests that finished.
+
+        Equivalent to ``passes`` rounds of :meth:`schedule` + :meth:`complete` with no
+        arrivals: the same tokens, the same blocks, the same LRU evictions (allocation takes
+        anonymous free blocks before evicting, so one allocation of the total evicts exactly
+        what the per-pass allocations would).
+        """
+        bs = self.block_size
+        extra = 0
+        finished = []
+        for seq, _, _ in batch.entries:
+            need = -(-(seq.computed + passes) // bs) - len(seq.held) - seq.anon
+            if need > 0:
+                seq.anon += need
+                extra += need
+            seq.computed += passes
+            seq.generated += passes
+            if seq.generated >= seq.output_len:
+                finished.append(seq)
+        self.kv.allocate(extra)
+        if finished:
+            gone = {id(s) for s in finished}
+            self.running = [s for s in self.running if id(s) not in gone]
+            for seq in finished:
+                self.kv.release(seq.held, seq.anon)
+                seq.held, seq.anon = [], 0
+        return finished
+
     def release(self, rid: int) -> None:
         """Free the KV of a prefilled request once the handoff link has moved it."""
         seq = self.held.pop(rid)

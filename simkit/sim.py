@@ -19,6 +19,7 @@ from simkit.collector import Collector
 from simkit.config import Scenario
 from simkit.engine import make_latency_model
 from simkit.link import KvLink
+from simkit.messages import Environment
 from simkit.records import RunRecords
 from simkit.request import Request
 from simkit.router import Router
@@ -33,13 +34,13 @@ class Simulation:
     """A wired, not yet run, simulation (see :func:`build`)."""
 
     def __init__(self, scenario: Scenario, requests: Sequence[Request],
-                 record_token_times: bool = True) -> None:
+                 record_token_times: bool = True, fast_forward: bool = True) -> None:
         rids = [r.rid for r in requests]
         if sorted(rids) != list(range(len(rids))):
             raise ValueError("request ids must be 0..N-1, each once")
         self.scenario = scenario
         self.requests = requests
-        env = self.env = simpy.Environment()
+        env = self.env = Environment()
         self.collector = Collector(env, sorted(requests, key=lambda r: r.rid), record_token_times)
         probe = self.collector
         self.router_queue = simpy.Store(env)
@@ -54,7 +55,8 @@ class Simulation:
             latency = make_latency_model(scenario.latency, spec.num_gpu_blocks * spec.block_size)
             sink = self.link.send if name == "prefill" else None
             self.pools[name] = [
-                Worker(env, name, wid, name, spec, latency, probe, handoff=sink, rank=rank + wid)
+                Worker(env, name, wid, name, spec, latency, probe, handoff=sink, rank=rank + wid,
+                       fast_forward=fast_forward, horizon=scenario.max_sim_time_s)
                 for wid in range(spec.workers)
             ]
             rank += spec.workers
@@ -95,8 +97,11 @@ class Simulation:
 
 
 def build(scenario: Scenario, requests: Optional[Sequence[Request]] = None,
-          record_token_times: bool = True) -> Simulation:
+          record_token_times: bool = True, fast_forward: bool = True) -> Simulation:
     """Wire a simulation of ``scenario``; ``requests`` default to its workload.
+
+    ``fast_forward`` runs stretches of identical pure-decode passes as one SimPy timeout; the
+    records are exactly those of pass-by-pass stepping (``fast_forward=False``), only faster.
 
     Raises:
         simkit.trace.TraceError: the scenario's trace file is missing or malformed.
@@ -104,10 +109,10 @@ def build(scenario: Scenario, requests: Optional[Sequence[Request]] = None,
     """
     if requests is None:
         requests = load_workload(scenario.workload, scenario.seed)
-    return Simulation(scenario, requests, record_token_times)
+    return Simulation(scenario, requests, record_token_times, fast_forward)
 
 
 def simulate(scenario: Scenario, requests: Optional[Sequence[Request]] = None,
-             record_token_times: bool = True) -> RunRecords:
+             record_token_times: bool = True, fast_forward: bool = True) -> RunRecords:
     """Build and run ``scenario`` (on ``requests`` if given); return its records."""
-    return build(scenario, requests, record_token_times).run()
+    return build(scenario, requests, record_token_times, fast_forward).run()

@@ -19,6 +19,7 @@ Layer L3: imports simpy, scheduler, engine, probe.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from typing import Callable, Optional
 
 import simpy
@@ -55,7 +56,7 @@ class Worker:
 
     def __init__(self, env: simpy.Environment, pool: str, wid: int, role: str, spec: PoolSpec,
                  latency: LatencyModel, probe: Probe, handoff: Optional[HandoffSink] = None,
-                 rank: int = 0) -> None:
+                 rank: int = 0, fast_forward: bool = True, horizon: Optional[float] = None) -> None:
         if role == "prefill" and handoff is None:
             raise ValueError("a prefill worker needs a handoff sink")
         self.env = env
@@ -68,6 +69,9 @@ class Worker:
         self.sched = VllmScheduler(spec, role)
         self.inbox = Inbox(env)
         self.rank = rank  #: tie-break order of same-instant pass boundaries
+        #: run repeated pure-decode passes as one timeout (exactly equal results; see serve)
+        self.fast_forward = fast_forward and role != "prefill"
+        self.horizon = horizon  #: the run's time cap: fast-forwarded runs never cross it
         self.passes = 0
         self.busy_s = 0.0
 
@@ -111,6 +115,9 @@ class Worker:
                 lookup = seq.prefill_target if prompt_pool else 0
                 probe.admitted(seq.rid, now, pool, wid, cached, lookup)
             dt = pass_time_s(batch.prefill_tokens, batch.decode_requests, batch.decode_context_tokens)
+            if self.fast_forward and sched.decode_run_length(batch) > 1:
+                yield from self._decode_run(batch, dt)
+                continue
             yield env.timeout(dt)
             self.passes += 1
             self.busy_s += dt
@@ -122,3 +129,51 @@ class Worker:
                 probe.finished(seq.rid, now, COMPLETED)
             for seq in prefilled:
                 self.handoff(seq.req, self)
+
+    def _decode_run(self, batch, first_dt: float):
+        """Fast-forward: run up to k identical pure-decode passes as one wait.
+
+        Pass i's context is the first pass's plus (i - 1) tokens per request, so its time is
+        known in advance; pass ends are accumulated exactly as the per-pass path accumulates
+        SimPy time. A message arriving in the inbox during the run cuts it at the first pass
+        end at or after its arrival, the boundary where the per-pass path would take it.
+
+        Yields: the inbox get OR the timeout at the run's last pass end; then, after an
+        arrival, a timeout to the pass end that follows it.
+        """
+        env, sched = self.env, self.sched
+        k = sched.decode_run_length(batch)
+        n_req = batch.decode_requests
+        ctx = batch.decode_context_tokens
+        pass_time_s = self.latency.pass_time_s
+        t = env.now + first_dt
+        ends = [t]
+        dts = [first_dt]
+        horizon = self.horizon
+        for i in range(1, k):
+            dt = pass_time_s(0, n_req, ctx + i * n_req)
+            t = t + dt
+            if horizon is not None and t > horizon:
+                break  # passes past the cap never end; leave them to the per-pass path
+            ends.append(t)
+            dts.append(dt)
+        with self.inbox.get() as get:
+            end = env.timeout_at(ends[-1])
+            yield get | end
+            msg = get.value if get.triggered else None
+        n = len(ends)
+        if msg is not None and env.now < ends[-1]:
+            n = bisect_left(ends, env.now) + 1  # the first pass end >= the arrival
+            if ends[n - 1] > env.now:
+                yield env.timeout_at(ends[n - 1])
+        self.passes += n
+        for dt in dts[:n]:
+            self.busy_s += dt
+        finished = sched.complete_decode_run(batch, n)
+        rids = [seq.rid for seq, _, _ in batch.entries]
+        self.probe.token_run(rids, ends[:n])
+        now = env.now
+        for seq in finished:
+            self.probe.finished(seq.rid, now, COMPLETED)
+        if msg is not None:
+            self._accept(msg)
