@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
+import numpy as np
+
 from simkit.config import ConstantLatency, LatencySpec, PolynomialLatency
 from simkit.units import S_PER_MS
 
@@ -21,6 +23,13 @@ __all__ = ["LatencyModel", "PolynomialModel", "ConstantModel", "make_latency_mod
 class LatencyModel(Protocol):
     def pass_time_s(self, prefill_tokens: int, decode_requests: int, decode_context_tokens: int) -> float:
         """Duration of one forward pass in seconds (> 0 for any non-empty pass)."""
+        ...
+
+    def decode_run_s(self, decode_requests: int, first_context_tokens: int, passes: int) -> np.ndarray:
+        """Durations (s, shape ``(passes,)``) of consecutive pure-decode passes of
+        ``decode_requests`` requests whose context grows by ``decode_requests`` tokens a pass;
+        element i equals ``pass_time_s(0, decode_requests, first_context_tokens + i *
+        decode_requests)`` bit for bit."""
         ...
 
 
@@ -52,6 +61,12 @@ class PolynomialModel:
         u = min(a / self.capacity, 1.0)
         return max(1.0, -25.74 * u * u + 54.01 * u + 5.74)
 
+    def decode_run_s(self, decode_requests: int, first_context_tokens: int, passes: int) -> np.ndarray:
+        # the same IEEE operations as pass_time_s, in the same order, elementwise
+        a = first_context_tokens + decode_requests * np.arange(passes, dtype=np.int64)
+        u = np.minimum(a / self.capacity, 1.0)
+        return np.maximum(1.0, -25.74 * u * u + 54.01 * u + 5.74) * self.scale_s
+
     def pass_time_s(self, prefill_tokens: int, decode_requests: int, decode_context_tokens: int) -> float:
         ms = 0.0
         if prefill_tokens:
@@ -72,6 +87,9 @@ class ConstantModel:
 
     def pass_time_s(self, prefill_tokens: int, decode_requests: int, decode_context_tokens: int) -> float:
         return (self.prefill_s if prefill_tokens else 0.0) + (self.decode_s if decode_requests else 0.0)
+
+    def decode_run_s(self, decode_requests: int, first_context_tokens: int, passes: int) -> np.ndarray:
+        return np.full(passes, 0.0 + self.decode_s)
 
 
 def make_latency_model(spec: LatencySpec, kv_capacity_tokens: int) -> LatencyModel:

@@ -90,9 +90,15 @@ class KvCache:
             raise RuntimeError(f"KV cache over-allocation: {n} blocks asked, {self.free_blocks} free")
         take = min(n, self.free_anon)
         self.free_anon -= take
-        lru = self.lru
-        for _ in range(n - take):
-            lru.popitem(last=False)  # the evicted block loses its identity
+        evict = n - take
+        if evict:
+            lru = self.lru
+            if evict == len(lru):
+                lru.clear()
+            else:
+                pop = lru.popitem
+                for _ in range(evict):
+                    pop(False)  # least recently freed first; the block loses its identity
         self.used_anon += n
 
     def register(self, key: int) -> bool:
@@ -104,16 +110,28 @@ class KvCache:
         self.ref[key] = 1
         return True
 
+    def register_many(self, keys: Sequence[int]) -> list[int]:
+        """:meth:`register` for each key in order, on as many of the caller's anonymous blocks;
+        returns the keys that took (the others stay anonymous)."""
+        ref, lru = self.ref, self.lru
+        taken = []
+        for key in keys:
+            if key not in ref and key not in lru:  # a key repeated in ``keys`` takes once
+                ref[key] = 1
+                taken.append(key)
+        self.used_anon -= len(taken)
+        return taken
+
     def release(self, keys: Sequence[int], anon: int) -> None:
         """Free a request's blocks: ``keys`` it holds with identity, ``anon`` without."""
         ref, lru = self.ref, self.lru
         for key in reversed(keys):
-            count = ref[key] - 1
-            if count:
-                ref[key] = count
-            else:
+            count = ref[key]
+            if count == 1:
                 del ref[key]
                 lru[key] = None
+            else:
+                ref[key] = count - 1
         self.used_anon -= anon
         self.free_anon += anon
 

@@ -16,7 +16,7 @@ from simkit.config import LinkSpec
 from simkit.probe import Probe
 from simkit.request import Request
 from simkit.units import BYTES_PER_GB, S_PER_MS
-from simkit.messages import Released
+from simkit.messages import Handoff, Released
 
 
 class KvLink:
@@ -38,15 +38,16 @@ class KvLink:
             return 0.0
         return request.input_length * self.spec.kv_bytes_per_token / self.bytes_per_s
 
-    def send(self, request: Request, source) -> None:
-        """Start moving ``request``'s KV from ``source`` (a prefill worker)."""
-        self.env.process(self.transfer(request, source))
+    def send(self, handoff: Handoff, source) -> None:
+        """Start moving ``handoff.request``'s KV from ``source`` (a prefill worker)."""
+        self.env.process(self.transfer(handoff, source))
 
-    def transfer(self, request: Request, source):
+    def transfer(self, handoff: Handoff, source):
         """One transfer.
 
         Yields: a channel of the link; the serialisation timeout; the latency timeout.
         """
+        request = handoff.request
         if self.bytes_per_s is not None:
             with self.channels.request() as channel:
                 yield channel
@@ -54,5 +55,5 @@ class KvLink:
         if self.latency_s:
             yield self.env.timeout(self.latency_s)
         self.probe.handed_off(request.rid, self.env.now)
-        self.handoff_queue.put(request)
+        self.handoff_queue.put(handoff)
         source.inbox.put(Released(request.rid))

@@ -33,6 +33,21 @@ class Environment(simpy.Environment):
         return event
 
 
+class Handoff:
+    """Prefill worker -> link -> decode worker: a request whose prompt KV was computed, with
+    the prompt's block identity keys for ``block_size`` (so the decode side need not redo them)."""
+
+    __slots__ = ("request", "block_keys", "block_size")
+
+    def __init__(self, request, block_keys, block_size: int) -> None:
+        self.request = request
+        self.block_keys = block_keys
+        self.block_size = block_size
+
+    def __repr__(self) -> str:
+        return f"Handoff({self.request.rid})"
+
+
 class Released:
     """Handoff link -> prefill worker: the KV of ``rid`` has been moved; free it."""
 

@@ -64,7 +64,7 @@ class Router:
             self.entry_policy.pick(self.entry_workers).inbox.put(request)
 
     def dispatch_handoff(self):
-        """Yields: ``handoff_queue.get()`` for each transferred request."""
+        """Yields: ``handoff_queue.get()`` for each transferred request (a ``Handoff``)."""
         while True:
-            request = yield self.handoff_queue.get()
-            self.decode_policy.pick(self.decode_workers).inbox.put(request)
+            handoff = yield self.handoff_queue.get()
+            self.decode_policy.pick(self.decode_workers).inbox.put(handoff)

@@ -127,11 +127,11 @@ class VllmScheduler:
         if not keys:
             return
         last = min(end_tokens // self.block_size, len(keys))
-        kv = self.kv
-        for j in range(first_block, last):
-            if kv.register(keys[j]):
-                seq.held.append(keys[j])
-                seq.anon -= 1
+        if last <= first_block:
+            return
+        taken = self.kv.register_many(keys[first_block:last])
+        seq.held.extend(taken)
+        seq.anon -= len(taken)
 
     def _preempt(self, seq: Seq) -> None:
         self.kv.release(seq.held, seq.anon)

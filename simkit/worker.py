@@ -19,7 +19,9 @@ Layer L3: imports simpy, scheduler, engine, probe.
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
+
+import numpy as np
 from typing import Callable, Optional
 
 import simpy
@@ -27,7 +29,7 @@ from simpy.events import Event
 
 from simkit.config import PoolSpec
 from simkit.engine import LatencyModel
-from simkit.messages import Inbox, Released
+from simkit.messages import Handoff, Inbox, Released
 from simkit.probe import COMPLETED, REJECTED, Probe
 from simkit.request import Request
 from simkit.scheduler import Seq, VllmScheduler
@@ -47,8 +49,8 @@ class PassBoundary(Event):
         env.schedule(self, LATE + rank)
 
 
-#: called by a prefill worker for each request whose prompt it finished: (request, worker)
-HandoffSink = Callable[[Request, "Worker"], None]
+#: called by a prefill worker for each request whose prompt it finished: (handoff, worker)
+HandoffSink = Callable[[Handoff, "Worker"], None]
 
 
 class Worker:
@@ -82,7 +84,12 @@ class Worker:
         if type(msg) is Released:
             self.sched.release(msg.rid)
             return
-        seq = Seq(msg, transferred=self.role == "decode")
+        if type(msg) is Handoff:
+            seq = Seq(msg.request, transferred=True)
+            if msg.block_size == self.sched.block_size and self.sched.caching:
+                seq.keys = msg.block_keys
+        else:
+            seq = Seq(msg)
         if self.sched.fits_ever(seq):
             self.sched.add(seq)
         else:
@@ -127,8 +134,9 @@ class Worker:
                 probe.tokens([s.rid for s in emitted], now)
             for seq in finished:
                 probe.finished(seq.rid, now, COMPLETED)
+            block_size = sched.block_size
             for seq in prefilled:
-                self.handoff(seq.req, self)
+                self.handoff(Handoff(seq.req, seq.keys, block_size), self)
 
     def _decode_run(self, batch, first_dt: float):
         """Fast-forward: run up to k identical pure-decode passes as one wait.
@@ -143,20 +151,23 @@ class Worker:
         """
         env, sched = self.env, self.sched
         k = sched.decode_run_length(batch)
-        n_req = batch.decode_requests
-        ctx = batch.decode_context_tokens
-        pass_time_s = self.latency.pass_time_s
-        t = env.now + first_dt
-        ends = [t]
-        dts = [first_dt]
-        horizon = self.horizon
-        for i in range(1, k):
-            dt = pass_time_s(0, n_req, ctx + i * n_req)
-            t = t + dt
-            if horizon is not None and t > horizon:
-                break  # passes past the cap never end; leave them to the per-pass path
-            ends.append(t)
-            dts.append(dt)
+        n_req, ctx = batch.decode_requests, batch.decode_context_tokens
+        t = env.now
+        if k <= 24:  # short runs: plain floats beat numpy's per-call overhead
+            pass_time_s = self.latency.pass_time_s
+            dts = [first_dt] + [pass_time_s(0, n_req, ctx + i * n_req) for i in range(1, k)]
+            ends = []
+            for dt in dts:
+                t = t + dt
+                ends.append(t)
+        else:
+            arr = self.latency.decode_run_s(n_req, ctx, k)
+            # pass ends by sequential addition from now, as SimPy reaches them pass by pass
+            ends = np.add.accumulate(np.concatenate(([t], arr)))[1:].tolist()
+            dts = arr.tolist()
+        if self.horizon is not None and ends[-1] > self.horizon:
+            k = max(1, bisect_right(ends, self.horizon))  # passes past the cap never end
+            ends, dts = ends[:k], dts[:k]
         with self.inbox.get() as get:
             end = env.timeout_at(ends[-1])
             yield get | end
@@ -167,8 +178,7 @@ class Worker:
             if ends[n - 1] > env.now:
                 yield env.timeout_at(ends[n - 1])
         self.passes += n
-        for dt in dts[:n]:
-            self.busy_s += dt
+        self.busy_s += sum(dts[:n])
         finished = sched.complete_decode_run(batch, n)
         rids = [seq.rid for seq, _, _ in batch.entries]
         self.probe.token_run(rids, ends[:n])

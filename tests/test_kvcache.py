@@ -47,3 +47,16 @@ def test_over_allocation_raises():
     kv.allocate(2)
     with pytest.raises(RuntimeError, match="over-allocation"):
         kv.allocate(1)
+
+
+def test_register_many_matches_register_one_by_one():
+    a, b = KvCache(6), KvCache(6)
+    for kv in (a, b):
+        kv.allocate(5)
+        kv.register(3)
+    keys = [1, 2, 2, 3, 4]
+    one_by_one = [k for k in keys if a.register(k)]
+    assert b.register_many(keys) == one_by_one == [1, 2, 4]
+    assert (a.ref, a.used_anon) == (b.ref, b.used_anon)
+    a.check()
+    b.check()
