@@ -111,7 +111,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return _fail([problem])
     wall0 = time.perf_counter()
     try:
-        sim = build(scenario)
+        sim = build(scenario, record_token_times=False)  # no output file holds them yet
     except TraceError as exc:
         return _fail([str(exc)])
     load_s = time.perf_counter() - wall0

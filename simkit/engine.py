@@ -25,12 +25,23 @@ class LatencyModel(Protocol):
         """Duration of one forward pass in seconds (> 0 for any non-empty pass)."""
         ...
 
-    def decode_run_s(self, decode_requests: int, first_context_tokens: int, passes: int) -> np.ndarray:
-        """Durations (s, shape ``(passes,)``) of consecutive pure-decode passes of
-        ``decode_requests`` requests whose context grows by ``decode_requests`` tokens a pass;
-        element i equals ``pass_time_s(0, decode_requests, first_context_tokens + i *
-        decode_requests)`` bit for bit."""
+    def decode_run(self, decode_requests: int, first_context_tokens: int, passes: int,
+                   start_at: float) -> tuple[list[float], list[float]]:
+        """Durations and end times (s) of ``passes`` consecutive pure-decode passes of
+        ``decode_requests`` requests whose context grows by ``decode_requests`` tokens a pass,
+        the first starting at ``start_at``. Duration i equals ``pass_time_s(0,
+        decode_requests, first_context_tokens + i * decode_requests)`` bit for bit, and end i
+        is end i-1 plus duration i, the float SimPy reaches stepping pass by pass."""
         ...
+
+
+def _accumulate(start_at: float, durations: list[float]) -> list[float]:
+    ends = []
+    t = start_at
+    for dt in durations:
+        t = t + dt
+        ends.append(t)
+    return ends
 
 
 class PolynomialModel:
@@ -61,11 +72,26 @@ class PolynomialModel:
         u = min(a / self.capacity, 1.0)
         return max(1.0, -25.74 * u * u + 54.01 * u + 5.74)
 
-    def decode_run_s(self, decode_requests: int, first_context_tokens: int, passes: int) -> np.ndarray:
-        # the same IEEE operations as pass_time_s, in the same order, elementwise
+    def decode_run(self, decode_requests: int, first_context_tokens: int, passes: int,
+                   start_at: float) -> tuple[list[float], list[float]]:
+        # the same IEEE operations as pass_time_s, in the same order
+        cap, scale = self.capacity, self.scale_s
+        if passes <= 32:  # short runs: plain floats beat numpy's per-call overhead
+            dts = []
+            a = first_context_tokens
+            for _ in range(passes):
+                u = a / cap
+                if u > 1.0:
+                    u = 1.0
+                ms = -25.74 * u * u + 54.01 * u + 5.74
+                dts.append((ms if ms > 1.0 else 1.0) * scale)
+                a += decode_requests
+            return dts, _accumulate(start_at, dts)
         a = first_context_tokens + decode_requests * np.arange(passes, dtype=np.int64)
-        u = np.minimum(a / self.capacity, 1.0)
-        return np.maximum(1.0, -25.74 * u * u + 54.01 * u + 5.74) * self.scale_s
+        u = np.minimum(a / cap, 1.0)
+        arr = np.maximum(1.0, -25.74 * u * u + 54.01 * u + 5.74) * scale
+        # np.add.accumulate adds left to right, as SimPy advances time pass by pass
+        return arr.tolist(), np.add.accumulate(np.concatenate(([start_at], arr)))[1:].tolist()
 
     def pass_time_s(self, prefill_tokens: int, decode_requests: int, decode_context_tokens: int) -> float:
         ms = 0.0
@@ -88,8 +114,10 @@ class ConstantModel:
     def pass_time_s(self, prefill_tokens: int, decode_requests: int, decode_context_tokens: int) -> float:
         return (self.prefill_s if prefill_tokens else 0.0) + (self.decode_s if decode_requests else 0.0)
 
-    def decode_run_s(self, decode_requests: int, first_context_tokens: int, passes: int) -> np.ndarray:
-        return np.full(passes, 0.0 + self.decode_s)
+    def decode_run(self, decode_requests: int, first_context_tokens: int, passes: int,
+                   start_at: float) -> tuple[list[float], list[float]]:
+        dts = [0.0 + self.decode_s] * passes
+        return dts, _accumulate(start_at, dts)
 
 
 def make_latency_model(spec: LatencySpec, kv_capacity_tokens: int) -> LatencyModel:

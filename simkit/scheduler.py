@@ -289,6 +289,8 @@ class VllmScheduler:
             return 1
         bs = self.block_size
         free = self.kv.free_blocks
+        if len(entries) * (k // bs + 1) <= free:
+            return k  # no request can need more than k // bs + 1 new blocks in k passes
 
         def extra_blocks(passes: int) -> int:  # blocks needed by passes 2..passes
             total = 0
@@ -307,9 +309,10 @@ class VllmScheduler:
             k = lo
         return k
 
-    def complete_decode_run(self, batch: Batch, passes: int) -> list[Seq]:
+    def complete_decode_run(self, batch: Batch, passes: int) -> tuple[list[int], list[Seq]]:
         """Apply ``passes`` consecutive repeats of the pure-decode ``batch`` (the first pass's
-        blocks were allocated by :meth:`schedule`); returns the requests that finished.
+        blocks were allocated by :meth:`schedule`); returns the ids of the batch's requests
+        (each produced ``passes`` tokens) and the requests that finished.
 
         Equivalent to ``passes`` rounds of :meth:`schedule` + :meth:`complete` with no
         arrivals: the same tokens, the same blocks, the same LRU evictions (allocation takes
@@ -319,12 +322,15 @@ class VllmScheduler:
         bs = self.block_size
         extra = 0
         finished = []
+        rids = []
         for seq, _, _ in batch.entries:
-            need = -(-(seq.computed + passes) // bs) - len(seq.held) - seq.anon
+            rids.append(seq.rid)
+            computed = seq.computed + passes
+            need = -(-computed // bs) - len(seq.held) - seq.anon
             if need > 0:
                 seq.anon += need
                 extra += need
-            seq.computed += passes
+            seq.computed = computed
             seq.generated += passes
             if seq.generated >= seq.output_len:
                 finished.append(seq)
@@ -335,7 +341,7 @@ class VllmScheduler:
             for seq in finished:
                 self.kv.release(seq.held, seq.anon)
                 seq.held, seq.anon = [], 0
-        return finished
+        return rids, finished
 
     def release(self, rid: int) -> None:
         """Free the KV of a prefilled request once the handoff link has moved it."""

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 
-import numpy as np
 from typing import Callable, Optional
 
 import simpy
@@ -33,6 +32,9 @@ from simkit.messages import Handoff, Inbox, Released
 from simkit.probe import COMPLETED, REJECTED, Probe
 from simkit.request import Request
 from simkit.scheduler import Seq, VllmScheduler
+
+#: passes in the first chunk of a fast-forwarded decode run (then doubling)
+FIRST_CHUNK = 128
 
 #: heap priority behind SimPy's URGENT (0) and NORMAL (1): runs after every same-time event
 LATE = 2
@@ -122,9 +124,11 @@ class Worker:
                 lookup = seq.prefill_target if prompt_pool else 0
                 probe.admitted(seq.rid, now, pool, wid, cached, lookup)
             dt = pass_time_s(batch.prefill_tokens, batch.decode_requests, batch.decode_context_tokens)
-            if self.fast_forward and sched.decode_run_length(batch) > 1:
-                yield from self._decode_run(batch, dt)
-                continue
+            if self.fast_forward:
+                k = sched.decode_run_length(batch)
+                if k > 1:
+                    yield from self._decode_run(batch, k)
+                    continue
             yield env.timeout(dt)
             self.passes += 1
             self.busy_s += dt
@@ -138,40 +142,50 @@ class Worker:
             for seq in prefilled:
                 self.handoff(Handoff(seq.req, seq.keys, block_size), self)
 
-    def _decode_run(self, batch, first_dt: float):
-        """Fast-forward: run up to k identical pure-decode passes as one wait.
+    def _decode_run(self, batch, k: int):
+        """Fast-forward: run up to k identical pure-decode passes without a SimPy event each.
 
         Pass i's context is the first pass's plus (i - 1) tokens per request, so its time is
         known in advance; pass ends are accumulated exactly as the per-pass path accumulates
-        SimPy time. A message arriving in the inbox during the run cuts it at the first pass
-        end at or after its arrival, the boundary where the per-pass path would take it.
+        SimPy time. They are laid out in doubling chunks (16, 32, ... passes) so that a run
+        cut short wastes little. A message arriving in the inbox cuts the run at the first
+        pass end at or after its arrival, the boundary where the per-pass path would take it.
+        Tokens and completions are applied once, at the end, with their per-pass times.
 
-        Yields: the inbox get OR the timeout at the run's last pass end; then, after an
-        arrival, a timeout to the pass end that follows it.
+        ``k`` is :meth:`VllmScheduler.decode_run_length` of ``batch`` (> 1).
+
+        Yields: the inbox get OR the end of the current chunk, per chunk; after an arrival,
+        a timeout to the pass end that follows it.
         """
         env, sched = self.env, self.sched
-        k = sched.decode_run_length(batch)
         n_req, ctx = batch.decode_requests, batch.decode_context_tokens
-        t = env.now
-        if k <= 24:  # short runs: plain floats beat numpy's per-call overhead
-            pass_time_s = self.latency.pass_time_s
-            dts = [first_dt] + [pass_time_s(0, n_req, ctx + i * n_req) for i in range(1, k)]
-            ends = []
-            for dt in dts:
-                t = t + dt
-                ends.append(t)
-        else:
-            arr = self.latency.decode_run_s(n_req, ctx, k)
-            # pass ends by sequential addition from now, as SimPy reaches them pass by pass
-            ends = np.add.accumulate(np.concatenate(([t], arr)))[1:].tolist()
-            dts = arr.tolist()
-        if self.horizon is not None and ends[-1] > self.horizon:
-            k = max(1, bisect_right(ends, self.horizon))  # passes past the cap never end
-            ends, dts = ends[:k], dts[:k]
+        horizon = self.horizon
+        dts: list = []
+        ends: list = []
+        msg = None
+        chunk = FIRST_CHUNK
         with self.inbox.get() as get:
-            end = env.timeout_at(ends[-1])
-            yield get | end
-            msg = get.value if get.triggered else None
+            while len(ends) < k:
+                done = len(ends)
+                more_dts, more_ends = self.latency.decode_run(
+                    n_req, ctx + done * n_req, min(chunk, k - done), ends[-1] if ends else env.now)
+                capped = horizon is not None and more_ends[-1] > horizon
+                if capped:  # passes past the cap never end: leave them to the per-pass path
+                    keep = bisect_right(more_ends, horizon)
+                    if done + keep == 0:
+                        keep = 1
+                    more_dts, more_ends = more_dts[:keep], more_ends[:keep]
+                dts += more_dts
+                ends += more_ends
+                if not more_ends:
+                    break
+                yield get | env.timeout_at(ends[-1])
+                if get.triggered:
+                    msg = get.value
+                    break
+                if capped:
+                    break
+                chunk *= 2
         n = len(ends)
         if msg is not None and env.now < ends[-1]:
             n = bisect_left(ends, env.now) + 1  # the first pass end >= the arrival
@@ -179,8 +193,7 @@ class Worker:
                 yield env.timeout_at(ends[n - 1])
         self.passes += n
         self.busy_s += sum(dts[:n])
-        finished = sched.complete_decode_run(batch, n)
-        rids = [seq.rid for seq, _, _ in batch.entries]
+        rids, finished = sched.complete_decode_run(batch, n)
         self.probe.token_run(rids, ends[:n])
         now = env.now
         for seq in finished:
