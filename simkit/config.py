@@ -614,6 +614,16 @@ def parse_overrides(pairs: list[str]) -> list[tuple[str, Any]]:
     return out
 
 
+def _unalias(node: Any) -> Any:
+    """A copy in which no two places share a mapping or list: YAML aliases (``*engine``) load
+    as one shared object, and an override of one place must not change the other."""
+    if isinstance(node, dict):
+        return {key: _unalias(value) for key, value in node.items()}
+    if isinstance(node, list):
+        return [_unalias(value) for value in node]
+    return node
+
+
 def _resolve_workload_path(data: dict, base_dir: str) -> None:
     wl = data.get("workload")
     if isinstance(wl, dict) and isinstance(wl.get("path"), str) and wl["path"]:
@@ -640,6 +650,10 @@ def load_scenario(path: str, overrides: Optional[list[tuple[str, Any]]] = None) 
         raise ConfigError([f"{path}: the file is empty; expected a scenario mapping @ $"])
     if not isinstance(data, dict):
         raise ConfigError([f"{path}: expected a mapping at the top level, got {type(data).__name__} @ $"])
+    try:
+        data = _unalias(data)
+    except RecursionError:
+        raise ConfigError([f"{path}: the scenario is nested too deeply @ $"]) from None
     _resolve_workload_path(data, os.path.dirname(os.path.abspath(path)))
     for key, value in overrides or []:
         _set_dotted(data, key, value, source=f"--set {key}")

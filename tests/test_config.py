@@ -138,3 +138,11 @@ def test_relative_trace_path_resolves_against_the_scenario_folder(tmp_path):
     path = tmp_path / "sub" / "s.yaml"
     path.write_text("workload: {kind: mooncake, path: t.jsonl}\npools: {aggregated: {}}\n")
     assert load_scenario(str(path)).workload.path == str(tmp_path / "sub" / "t.jsonl")
+
+
+def test_override_of_an_aliased_pool_changes_only_that_pool(tmp_path):
+    # reference_disagg.yaml writes `prefill: &engine {...}` and `decode: *engine`
+    s = load_scenario(str(REPO / "scenarios" / "reference_disagg.yaml"),
+                      parse_overrides(["pools.decode.enable_prefix_caching=false"]))
+    assert s.pools.decode.enable_prefix_caching is False
+    assert s.pools.prefill.enable_prefix_caching is True
