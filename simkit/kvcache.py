@@ -3,23 +3,15 @@
 Capacity is ``num_gpu_blocks`` blocks. Every block is in exactly one of three states:
 
 * free and anonymous (``free_anon``): holds nothing reusable;
-* free and cached (``cached``): holds a full prompt block whose identity key is known,
-  hittable by a later request until it is evicted (least recently freed first) to satisfy an
-  allocation;
+* free and cached (``lru``): holds a full prompt block whose identity key is known, hittable
+  by a later request until it is evicted (least recently freed first) to satisfy an allocation;
 * in use: held by one or more running requests, with an identity (``ref`` counts holders) or
   without (``used_anon``: partial blocks, decode blocks, duplicates).
 
-So ``free_anon + len(cached) + len(ref) + used_anon == capacity`` at every step
+So ``free_anon + len(lru) + len(ref) + used_anon == capacity`` at every step
 (:meth:`check`). A request holds a list of identity keys and a count of anonymous blocks;
 freeing returns keyed blocks to the LRU tail in reverse order, so a prompt's last blocks are
 evicted before its first ones (as vLLM's free-block queue does).
-
-The LRU is a FIFO ``deque`` of keys plus ``cached``, a dict from each free cached key to its
-position in that queue. Taking a cached block back into use just deletes it from ``cached``;
-its queue entry goes stale and is skipped when it reaches the front (and stale entries are
-compacted away when they outnumber live ones). Every operation is a few plain dict and deque
-steps per block, about half the cost of an ``OrderedDict``; tests/kv_oracle.py keeps the
-OrderedDict version as the oracle this one is checked against.
 
 Layer L2: pure bookkeeping, no SimPy. Deliberately not a SimPy ``Container``: admission is a
 scheduler decision made at a pass boundary, not a blocking wait (ARCHITECTURE.md 2.4).
@@ -27,7 +19,7 @@ scheduler decision made at a pass boundary, not a blocking wait (ARCHITECTURE.md
 
 from __future__ import annotations
 
-from collections import deque
+from collections import OrderedDict
 from typing import Sequence
 
 __all__ = ["KvCache"]
@@ -36,34 +28,20 @@ __all__ = ["KvCache"]
 class KvCache:
     """Block manager for ``num_blocks`` KV blocks; ``prefix_caching`` enables identity reuse."""
 
-    __slots__ = ("capacity", "prefix_caching", "free_anon", "used_anon", "cached", "order",
-                 "head", "tail", "ref")
+    __slots__ = ("capacity", "prefix_caching", "free_anon", "used_anon", "lru", "ref")
 
     def __init__(self, num_blocks: int, prefix_caching: bool = True) -> None:
         self.capacity = num_blocks
         self.prefix_caching = prefix_caching
         self.free_anon = num_blocks
         self.used_anon = 0
-        self.cached: dict[int, int] = {}  #: free cached key -> its position in ``order``
-        self.order: deque[int] = deque()  #: eviction queue, oldest first (may hold stale keys)
-        self.head = 0  #: position of ``order[0]``
-        self.tail = 0  #: position the next queued key gets
+        self.lru: OrderedDict[int, None] = OrderedDict()
         self.ref: dict[int, int] = {}
 
     @property
     def free_blocks(self) -> int:
         """Blocks an allocation can take (anonymous free plus evictable cached)."""
-        return self.free_anon + len(self.cached)
-
-    def lru_keys(self) -> list[int]:
-        """The free cached keys, next to be evicted first (for tests and inspection)."""
-        cached, pos = self.cached, self.head
-        out = []
-        for key in self.order:
-            if cached.get(key) == pos:
-                out.append(key)
-            pos += 1
-        return out
+        return self.free_anon + len(self.lru)
 
     @property
     def used_blocks(self) -> int:
@@ -77,7 +55,7 @@ class KvCache:
         of those are currently free (reusing them takes them out of the free pool).
         """
         hits = in_lru = 0
-        ref, lru = self.ref, self.cached
+        ref, lru = self.ref, self.lru
         for key in keys:
             if hits >= limit:
                 break
@@ -92,12 +70,12 @@ class KvCache:
 
     def acquire(self, keys: Sequence[int]) -> None:
         """Take a reference on cached blocks (each must be present, as :meth:`match` said)."""
-        ref, cached = self.ref, self.cached
+        ref, lru = self.ref, self.lru
         for key in keys:
             if key in ref:
                 ref[key] += 1
             else:
-                del cached[key]  # its queue entry goes stale
+                del lru[key]
                 ref[key] = 1
 
     def allocate(self, n: int) -> None:
@@ -108,33 +86,25 @@ class KvCache:
         """
         if n <= 0:
             return
-        if n > self.free_anon + len(self.cached):
+        if n > self.free_anon + len(self.lru):
             raise RuntimeError(f"KV cache over-allocation: {n} blocks asked, {self.free_blocks} free")
         take = min(n, self.free_anon)
         self.free_anon -= take
         evict = n - take
         if evict:
-            cached = self.cached
-            if evict == len(cached):
-                cached.clear()
-                self.order.clear()
-                self.head = self.tail
+            lru = self.lru
+            if evict == len(lru):
+                lru.clear()
             else:
-                pop = self.order.popleft
-                pos = self.head
-                while evict:  # least recently freed first; the block loses its identity
-                    key = pop()
-                    if cached.get(key) == pos:
-                        del cached[key]
-                        evict -= 1
-                    pos += 1
-                self.head = pos
+                pop = lru.popitem
+                for _ in range(evict):
+                    pop(False)  # least recently freed first; the block loses its identity
         self.used_anon += n
 
     def register(self, key: int) -> bool:
         """Give one of the caller's anonymous blocks the identity ``key`` (a just-scheduled full
         prompt block). Returns False, leaving it anonymous, if that identity already exists."""
-        if key in self.ref or key in self.cached:
+        if key in self.ref or key in self.lru:
             return False
         self.used_anon -= 1
         self.ref[key] = 1
@@ -143,7 +113,7 @@ class KvCache:
     def register_many(self, keys: Sequence[int]) -> list[int]:
         """:meth:`register` for each key in order, on as many of the caller's anonymous blocks;
         returns the keys that took (the others stay anonymous)."""
-        ref, lru = self.ref, self.cached
+        ref, lru = self.ref, self.lru
         taken = []
         for key in keys:
             if key not in ref and key not in lru:  # a key repeated in ``keys`` takes once
@@ -154,30 +124,16 @@ class KvCache:
 
     def release(self, keys: Sequence[int], anon: int) -> None:
         """Free a request's blocks: ``keys`` it holds with identity, ``anon`` without."""
-        ref, cached, order = self.ref, self.cached, self.order
-        tail = self.tail
+        ref, lru = self.ref, self.lru
         for key in reversed(keys):
             count = ref[key]
             if count == 1:
                 del ref[key]
-                cached[key] = tail
-                order.append(key)
-                tail += 1
+                lru[key] = None
             else:
                 ref[key] = count - 1
-        self.tail = tail
         self.used_anon -= anon
         self.free_anon += anon
-        if len(order) > 2 * len(cached) + 4096:
-            self._compact()
-
-    def _compact(self) -> None:
-        """Drop stale queue entries (keys taken back into use since they were queued)."""
-        live = self.lru_keys()
-        self.order = deque(live)
-        self.head = 0
-        self.tail = len(live)
-        self.cached = dict(zip(live, range(len(live))))
 
     def check(self) -> None:
         """Assert block conservation (for tests and ``--check``).
@@ -185,9 +141,8 @@ class KvCache:
         Raises:
             AssertionError: the four states do not add up to the capacity.
         """
-        total = self.free_anon + len(self.cached) + len(self.ref) + self.used_anon
+        total = self.free_anon + len(self.lru) + len(self.ref) + self.used_anon
         assert total == self.capacity and min(self.free_anon, self.used_anon) >= 0, (
-            f"KV blocks not conserved: free {self.free_anon} + cached {len(self.cached)} + "
+            f"KV blocks not conserved: free {self.free_anon} + cached {len(self.lru)} + "
             f"keyed {len(self.ref)} + anon {self.used_anon} != {self.capacity}"
         )
-        assert not (self.cached.keys() & self.ref.keys()), "a block is both free and in use"
