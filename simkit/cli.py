@@ -1,9 +1,12 @@
 """Command line: ``python -m simkit SCENARIO.yaml [--trace FILE] [--set KEY=VALUE ...]
 [--seed N] [--out DIR] [--force] [--no-plots] [--quiet]``.
 
-Exit codes: 0 success; 2 bad input (scenario, trace, arguments, output folder), reported as
-one line per problem on stderr with no traceback and no output folder written; 1 an internal
-error. Layer L6: the only layer that touches the outside world.
+Exit codes: 0 success (including a run cut by ``max_sim_time_s``); 2 bad input (scenario, trace,
+arguments, output folder), reported as one line per problem on stderr with no traceback and no
+output folder written; 1 the run stopped abnormally (stuck, or ``--check`` found a broken
+invariant: the diagnostic goes to stderr and the partial results are written, marked
+incomplete); 130 interrupted by Ctrl-C (partial results written, marked incomplete).
+Layer L6: the only layer that touches the outside world.
 """
 
 from __future__ import annotations
@@ -44,6 +47,12 @@ def _parser() -> argparse.ArgumentParser:
                    help="output folder (default: a new folder runs/NAME-YYYYmmdd-HHMMSS); "
                         "must be empty or absent unless --force")
     p.add_argument("--force", action="store_true", help="replace a non-empty --out folder")
+    p.add_argument("--check", action="store_true",
+                   help="assert conservation of requests and KV blocks at every instant (slower); "
+                        "stop at the first violation")
+    p.add_argument("--per-pass", action="store_true",
+                   help="step every forward pass as its own SimPy event instead of fast-forwarding "
+                        "runs of identical decode passes (same results, slower; for validation)")
     p.add_argument("--no-plots", action="store_true", help="do not draw the latency CDF plot")
     p.add_argument("--quiet", action="store_true", help="print only the output folder")
     p.add_argument("--version", action="version", version=f"simkit {__version__}")
@@ -111,11 +120,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return _fail([problem])
     wall0 = time.perf_counter()
     try:
-        sim = build(scenario, record_token_times=False)  # no output file holds them yet
+        # no output file holds token timelines yet, so they are not recorded
+        sim = build(scenario, record_token_times=False, fast_forward=not args.per_pass)
     except TraceError as exc:
         return _fail([str(exc)])
     load_s = time.perf_counter() - wall0
-    records = sim.run()
+    records = sim.run(check=args.check)
     run_s = time.perf_counter() - wall0 - load_s
     summary = summarize(records, scenario.sla)
     figures = {}
@@ -123,7 +133,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from simkit.plots import latency_cdf
 
         figures["latency_cdf"] = latency_cdf([(scenario.name, records)], scenario.sla)
-    info = {"simkit_version": __version__, "load_s": load_s, "run_s": run_s,
+    info = {"simkit_version": __version__, "load_s": load_s, "run_s": run_s, "check": args.check,
             "requests": len(records.requests), "argv": list(argv if argv is not None else sys.argv[1:])}
     try:
         write_run(out_dir, scenario, records, summary, info, figures, force=args.force)
@@ -136,6 +146,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(render_text(summary, title=f"{scenario.name} ({scenario.mode}), "
                                          f"simulated in {run_s:.2f} s"))
     print(f"wrote {out_dir}")
+    if records.stop_reason in ("stuck", "check_failed", "interrupted"):
+        print(f"simkit: run stopped ({records.stop_reason}): {records.stop_detail}; "
+              f"partial results in {out_dir}", file=sys.stderr)
+        return 130 if records.stop_reason == "interrupted" else 1
     return 0
 
 

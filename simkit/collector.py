@@ -18,6 +18,10 @@ from simkit.records import RequestRecord, RunRecords
 from simkit.request import Request
 
 
+class InvariantError(AssertionError):
+    """The simulation's own bookkeeping broke a conservation rule (a simkit bug)."""
+
+
 class Collector:
     """Records what the probe reports about ``requests`` (ids must be 0..N-1)."""
 
@@ -41,6 +45,7 @@ class Collector:
         self.prompt_lookup_tokens = 0
         self.prompt_hit_tokens = 0
         self.remaining = n
+        self.arrived_count = 0
         self.all_done = env.event()
         if n == 0:
             self.all_done.succeed()
@@ -48,7 +53,7 @@ class Collector:
     # ------------------------------------------------------------------ probe
 
     def arrived(self, rid: int, at: float) -> None:
-        pass  # the arrival time is the request's own; nothing to add
+        self.arrived_count += 1  # the arrival time is the request's own
 
     def admitted(self, rid: int, at: float, pool: str, worker: int, cached_tokens: int,
                  lookup_tokens: int) -> None:
@@ -68,8 +73,12 @@ class Collector:
     def tokens(self, rids: Sequence[int], at: float) -> None:
         n_tokens, last = self.n_tokens, self.last_token_at
         times = self.token_times
+        requests = self.requests
         for rid in rids:
             count = n_tokens[rid]
+            if count >= requests[rid].output_length:
+                raise InvariantError(f"request {rid} produced more than its {requests[rid].output_length} "
+                                     f"output tokens (at t={at:.6f} s)")
             if count == 0:
                 self.first_token_at[rid] = at
             elif count == 1:
@@ -83,8 +92,12 @@ class Collector:
         n_tokens, last = self.n_tokens, self.last_token_at
         token_times = self.token_times
         n = len(times)
+        requests = self.requests
         for rid in rids:
             count = n_tokens[rid]
+            if count + n > requests[rid].output_length:
+                raise InvariantError(f"request {rid} produced more than its {requests[rid].output_length} "
+                                     f"output tokens (at t={times[-1]:.6f} s)")
             if count == 0:
                 self.first_token_at[rid] = times[0]
                 if n > 1:
@@ -101,7 +114,8 @@ class Collector:
 
     def finished(self, rid: int, at: float, status: str) -> None:
         if self.status[rid] is not None:
-            raise RuntimeError(f"request {rid} ended twice ({self.status[rid]}, then {status})")
+            raise InvariantError(f"request {rid} ended twice ({self.status[rid]}, then {status}) "
+                                 f"(at t={at:.6f} s)")
         self.status[rid] = status
         self.finished_at[rid] = at
         self.remaining -= 1
@@ -110,7 +124,12 @@ class Collector:
 
     # ------------------------------------------------------------------ results
 
-    def finalize(self, end_at: float, worker_seconds: dict, passes: dict) -> RunRecords:
+    @property
+    def ended_count(self) -> int:
+        return len(self.requests) - self.remaining
+
+    def finalize(self, end_at: float, worker_seconds: dict, passes: dict, stop_reason: str = "completed",
+                 stop_detail: Optional[str] = None) -> RunRecords:
         """Freeze everything into :class:`RunRecords`; unfinished requests are incomplete."""
         rows = []
         for req in self.requests:
@@ -144,4 +163,6 @@ class Collector:
             prompt_hit_tokens=self.prompt_hit_tokens,
             passes=passes,
             token_times=token_times,
+            stop_reason=stop_reason,
+            stop_detail=stop_detail,
         )

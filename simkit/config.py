@@ -239,6 +239,9 @@ class PoolSpec:
     num_gpu_blocks: int = field(default=16384, validator=_tokens)  #: KV cache blocks per worker
     max_num_batched_tokens: int = field(default=8192, validator=_tokens)  #: token budget per pass
     max_num_seqs: int = field(default=256, validator=_count)  #: running requests per pass
+    #: longest request (prompt + output tokens) a worker serves, as vLLM's max_model_len;
+    #: longer ones are rejected and counted. null: limited only by the KV cache
+    max_model_len: Optional[int] = field(default=None, validator=_tokens)
     enable_prefix_caching: bool = True
     enable_chunked_prefill: bool = True
 
@@ -572,10 +575,10 @@ def yaml_load(text: str, source: str = "<yaml>") -> Any:
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
-        problem = exc.problem or exc.context or "invalid YAML"
+        problem = " ".join((exc.problem or exc.context or "invalid YAML").split())
         raise ConfigError([f"{where}: YAML syntax error: {problem}"]) from None
-    except yaml.YAMLError as exc:
-        raise ConfigError([f"{source}: YAML error: {exc}"]) from None
+    except yaml.YAMLError as exc:  # e.g. a control character: one line, whatever PyYAML says
+        raise ConfigError([f"{source}: YAML error: {' '.join(str(exc).split())}"]) from None
     except RecursionError:
         raise ConfigError([f"{source}: YAML nested too deeply"]) from None
 

@@ -31,6 +31,7 @@ class KvLink:
         self.channels = simpy.Resource(env, capacity=spec.channels)
         self.bytes_per_s = None if spec.bandwidth_gb_per_s is None else spec.bandwidth_gb_per_s * BYTES_PER_GB
         self.latency_s = spec.latency_ms * S_PER_MS
+        self.in_flight = 0  #: requests whose KV is on the link
 
     def transfer_s(self, request: Request) -> float:
         """Serialisation time of one request's prompt KV in seconds (0 without a bandwidth)."""
@@ -40,6 +41,7 @@ class KvLink:
 
     def send(self, handoff: Handoff, source) -> None:
         """Start moving ``handoff.request``'s KV from ``source`` (a prefill worker)."""
+        self.in_flight += 1
         self.env.process(self.transfer(handoff, source))
 
     def transfer(self, handoff: Handoff, source):
@@ -55,5 +57,6 @@ class KvLink:
         if self.latency_s:
             yield self.env.timeout(self.latency_s)
         self.probe.handed_off(request.rid, self.env.now)
+        self.in_flight -= 1
         self.handoff_queue.put(handoff)
         source.inbox.put(Released(request.rid))

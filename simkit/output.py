@@ -1,12 +1,15 @@
 """The one output writer: a run's files, written into a temporary folder and renamed into
 place only when complete, so no output folder is ever half-written.
 
-Files: ``summary.json``, ``requests.jsonl``, ``scenario.resolved.yaml``, ``latency_cdf.png``
-and ``run_info.json`` (the only file with wall-clock facts). Layer L6.
+Files: ``summary.json`` (with ``run_digest``, a SHA-256 of the resolved scenario and the
+per-request rows, so two runs can be compared at a glance), ``requests.jsonl``,
+``scenario.resolved.yaml``, ``latency_cdf.png`` and ``run_info.json`` (the only file with
+wall-clock facts). Layer L6.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
@@ -58,6 +61,11 @@ def write_run(out_dir: str, scenario: Scenario, records: RunRecords, summary: di
         raise FileExistsError(out_dir)
     parent = os.path.dirname(out_dir)
     os.makedirs(parent, exist_ok=True)
+    rows_text = "".join(json.dumps(row) + "\n" for row in request_rows(records))
+    scenario_text = dump_scenario(scenario)
+    # a fingerprint of everything the run computed: equal digests mean byte-identical results
+    digest = hashlib.sha256((scenario_text + "\0" + rows_text).encode("utf-8")).hexdigest()
+    summary = dict(summary, run_digest=digest)
     tmp = tempfile.mkdtemp(prefix=".simkit-", dir=parent)
     umask = os.umask(0)
     os.umask(umask)
@@ -67,10 +75,9 @@ def write_run(out_dir: str, scenario: Scenario, records: RunRecords, summary: di
             json.dump(summary, f, indent=2)
             f.write("\n")
         with open(os.path.join(tmp, "requests.jsonl"), "w", encoding="utf-8") as f:
-            for row in request_rows(records):
-                f.write(json.dumps(row) + "\n")
+            f.write(rows_text)
         with open(os.path.join(tmp, "scenario.resolved.yaml"), "w", encoding="utf-8") as f:
-            f.write(dump_scenario(scenario))
+            f.write(scenario_text)
         info = dict(run_info, python=platform.python_version(), host=platform.node())
         with open(os.path.join(tmp, "run_info.json"), "w", encoding="utf-8") as f:
             json.dump(info, f, indent=2)

@@ -73,6 +73,10 @@ class RunRecords:
         token_times: per request (by rid), the time of every output token, or None when
             the scenario does not record them.
         passes: forward passes run, per pool name.
+        stop_reason: why the run ended: ``completed`` (every request ended), ``time_cap``
+            (``max_sim_time_s``), ``stuck`` (the liveness guard fired or nothing could move),
+            ``interrupted`` (Ctrl-C) or ``check_failed`` (an invariant broke under ``--check``).
+        stop_detail: the diagnostic for the last three.
     """
 
     requests: tuple[RequestRecord, ...]
@@ -82,3 +86,5 @@ class RunRecords:
     prompt_hit_tokens: int
     passes: dict
     token_times: Optional[tuple] = None
+    stop_reason: str = "completed"
+    stop_detail: Optional[str] = None

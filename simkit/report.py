@@ -51,7 +51,8 @@ def summarize(records: RunRecords, sla: Optional[SlaSpec] = None) -> dict[str, A
     ``itl_ms_token_weighted``; ``throughput`` {requests_per_s, output_tokens_per_s};
     ``duration_s``; ``worker_seconds`` per pool; ``prefix_cache_hit_ratio`` (prompt tokens
     found cached / prompt tokens looked up, counting prompt admissions only); ``passes`` per
-    pool; and ``goodput`` {requests_per_s, output_tokens_per_s, fraction} when ``sla`` sets a
+    pool; ``stop`` {reason, detail, incomplete}: why the run ended and whether it is partial; and
+    ``goodput`` {requests_per_s, output_tokens_per_s, fraction} when ``sla`` sets a
     bound.
     """
     reqs = records.requests
@@ -82,6 +83,8 @@ def summarize(records: RunRecords, sla: Optional[SlaSpec] = None) -> dict[str, A
         "prefix_cache_hit_ratio": (records.prompt_hit_tokens / records.prompt_lookup_tokens
                                    if records.prompt_lookup_tokens else 0.0),
         "passes": dict(records.passes),
+        "stop": {"reason": records.stop_reason, "detail": records.stop_detail,
+                 "incomplete": counts["incomplete"] > 0 or records.stop_reason != "completed"},
     }
     if sla is not None and sla.is_set:
         good = [r for r in done if _meets(r, sla)]
@@ -109,6 +112,8 @@ def render_text(summary: dict[str, Any], title: str = "") -> str:
     if title:
         lines.append(title)
     c = summary["requests"]
+    if summary["stop"]["reason"] != "completed":
+        lines.append(f"run stopped early ({summary['stop']['reason']}): results are partial")
     lines.append(f"requests: {c['completed']} completed, {c['rejected']} rejected, "
                  f"{c['incomplete']} incomplete (of {c['total']})")
     lines.append(f"{'':10}{'mean':>11}{'p50':>11}{'p90':>11}{'p99':>11}")

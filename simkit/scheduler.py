@@ -94,6 +94,7 @@ class VllmScheduler:
         self.block_size = spec.block_size
         self.budget = spec.max_num_batched_tokens
         self.max_num_seqs = spec.max_num_seqs
+        self.max_model_len = spec.max_model_len
         self.chunked = spec.enable_chunked_prefill
         self.caching = spec.enable_prefix_caching
         self.kv = KvCache(spec.num_gpu_blocks, spec.enable_prefix_caching)
@@ -108,13 +109,28 @@ class VllmScheduler:
         return bool(self.running) or bool(self.waiting)
 
     def fits_ever(self, seq: Seq) -> bool:
-        """Whether the request can ever be served here: its peak KV (the prompt on a prefill
-        worker; prompt + output - 1 tokens elsewhere) fits in the whole cache, and without
-        chunked prefill its prompt fits in the token budget."""
+        """Whether the request can ever be served here: prompt + output is within
+        ``max_model_len``; its peak KV (the prompt on a prefill worker; prompt + output - 1
+        tokens elsewhere) fits in the whole cache; and without chunked prefill its prompt fits
+        in the token budget."""
+        if self.max_model_len is not None and seq.prompt_len + seq.output_len > self.max_model_len:
+            return False
         peak = seq.prompt_len if self.role == "prefill" else seq.prompt_len + max(seq.output_len - 1, 0)
         if -(-peak // self.block_size) > self.kv.capacity:
             return False
         return self.chunked or self.role == "decode" or seq.prompt_len <= self.budget
+
+    def describe(self) -> str:
+        """One line of queue and KV state, for diagnostics."""
+        waiting = [s.rid for s in self.waiting]
+        running = [s.rid for s in self.running]
+
+        def ids(rids: list) -> str:
+            return ", ".join(map(str, rids[:8])) + (", ..." if len(rids) > 8 else "")
+
+        return (f"{len(waiting)} waiting [{ids(waiting)}], {len(running)} running [{ids(running)}], "
+                f"{len(self.held)} held for handoff; KV {self.kv.used_blocks} of {self.kv.capacity} "
+                f"blocks in use, {self.kv.free_blocks} free")
 
     def add(self, seq: Seq) -> None:
         """Queue a request (callers first check :meth:`fits_ever`)."""

@@ -15,17 +15,19 @@ from typing import Optional, Sequence
 
 import simpy
 
-from simkit.collector import Collector
+from simpy.core import EmptySchedule
+
+from simkit.collector import Collector, InvariantError
 from simkit.config import Scenario
 from simkit.engine import make_latency_model
 from simkit.link import KvLink
-from simkit.messages import Environment
+from simkit.messages import Environment, Released
 from simkit.records import RunRecords
 from simkit.request import Request
 from simkit.router import Router
 from simkit.source import Source
 from simkit.trace import load_workload
-from simkit.worker import Worker
+from simkit.worker import Stuck, Worker
 
 __all__ = ["Simulation", "build", "simulate"]
 
@@ -77,23 +79,92 @@ class Simulation:
         self.router.start()
         self.source.start()
 
-    def run(self) -> RunRecords:
-        """Run to completion (or ``max_sim_time_s``) and return the records."""
+    def run(self, check: bool = False) -> RunRecords:
+        """Run until every request has ended, or ``max_sim_time_s``, and return the records.
+
+        The run also stops, with ``stop_reason`` and a diagnostic in the records, when it is
+        stuck (a worker stalls, or nothing is left to happen while requests remain), on Ctrl-C
+        (``interrupted``), or, with ``check``, at the first instant whose state breaks a
+        conservation rule (:meth:`check_invariants`).
+        """
         self.start()
         env = self.env
-        stop = self.collector.all_done
+        done = self.collector.all_done
         cap = self.scenario.max_sim_time_s
-        if cap is not None:
-            stop = env.any_of([stop, env.timeout(cap)])
+        reason, detail = "completed", None
         try:
-            env.run(until=stop)
-        except RuntimeError as exc:  # nothing left to happen while requests remain: stuck
-            if "No scheduled events left" not in str(exc):
+            if check:
+                self._run_checked(done, cap)
+            else:
+                env.run(until=done if cap is None else env.any_of([done, env.timeout(cap)]))
+            if not done.triggered:
+                reason = "time_cap"
+        except Stuck as exc:
+            reason, detail = "stuck", str(exc)
+        except InvariantError as exc:
+            reason, detail = "check_failed", str(exc)
+        except KeyboardInterrupt:
+            reason, detail = "interrupted", f"interrupted by the user at t={env.now:.6f} s"
+        except (RuntimeError, EmptySchedule) as exc:  # nothing left to happen while work remains
+            if not isinstance(exc, EmptySchedule) and "No scheduled events left" not in str(exc):
                 raise
+            reason, detail = "stuck", self._stuck_diagnostic()
         end_at = env.now
         worker_seconds = {name: len(ws) * end_at for name, ws in self.pools.items()}
         passes = {name: sum(w.passes for w in ws) for name, ws in self.pools.items()}
-        return self.collector.finalize(end_at, worker_seconds, passes)
+        return self.collector.finalize(end_at, worker_seconds, passes, reason, detail)
+
+    def _run_checked(self, done, cap: Optional[float]) -> None:
+        env = self.env
+        while not done.triggered:
+            if cap is not None and env.peek() > cap:
+                env.run(until=cap)  # the cap ends the run between events
+                return
+            env.step()
+            if env.peek() > env.now:  # the instant is settled: every cascade at `now` is done
+                self.check_invariants()
+
+    def _stuck_diagnostic(self) -> str:
+        busy = [f"{w.name}: {w.sched.describe()}" for ws in self.pools.values() for w in ws
+                if w.sched.has_work() or w.sched.held]
+        left = self.collector.remaining
+        return (f"no event left at t={self.env.now:.6f} s with {left} request(s) not ended; "
+                + ("; ".join(busy) if busy else "no worker holds them"))
+
+    def check_invariants(self) -> None:
+        """Assert conservation now.
+
+        Requests: arrived = in the router queue + in worker inboxes (or taken from one during a
+        fast-forwarded run, not yet accepted) + waiting + running + on the handoff link + in the
+        handoff queue + ended. KV, per worker: free anonymous +
+        free cached + in use = ``num_gpu_blocks``, and no block both free and in use.
+
+        Raises:
+            InvariantError: naming the rule, the numbers and the time.
+        """
+        now = self.env.now
+        where = {"router queue": len(self.router_queue.items), "inboxes": 0, "waiting": 0,
+                 "running": 0, "on the link": self.link.in_flight if self.link else 0,
+                 "handoff queue": len(self.link.handoff_queue.items) if self.link else 0,
+                 "ended": self.collector.ended_count}
+        for workers in self.pools.values():
+            for w in workers:
+                where["inboxes"] += sum(1 for m in w.inbox.items if type(m) is not Released)
+                where["inboxes"] += w.in_hand is not None and type(w.in_hand) is not Released
+                where["waiting"] += len(w.sched.waiting)
+                where["running"] += len(w.sched.running)
+                kv = w.sched.kv
+                try:
+                    kv.check()
+                except AssertionError as exc:
+                    raise InvariantError(f"at t={now:.6f} s, worker {w.name}: {exc}") from None
+                if kv.used_blocks > kv.capacity:
+                    raise InvariantError(f"at t={now:.6f} s, worker {w.name}: {kv.used_blocks} KV blocks "
+                                         f"in use, more than num_gpu_blocks {kv.capacity}")
+        arrived = self.collector.arrived_count
+        if arrived != sum(where.values()):
+            parts = " + ".join(f"{k} {v}" for k, v in where.items())
+            raise InvariantError(f"at t={now:.6f} s, requests not conserved: arrived {arrived} != {parts}")
 
 
 def build(scenario: Scenario, requests: Optional[Sequence[Request]] = None,
@@ -113,6 +184,10 @@ def build(scenario: Scenario, requests: Optional[Sequence[Request]] = None,
 
 
 def simulate(scenario: Scenario, requests: Optional[Sequence[Request]] = None,
-             record_token_times: bool = True, fast_forward: bool = True) -> RunRecords:
-    """Build and run ``scenario`` (on ``requests`` if given); return its records."""
-    return build(scenario, requests, record_token_times, fast_forward).run()
+             record_token_times: bool = True, fast_forward: bool = True,
+             check: bool = False) -> RunRecords:
+    """Build and run ``scenario`` (on ``requests`` if given); return its records.
+
+    ``check`` asserts conservation of requests and KV blocks at every settled instant (slower).
+    """
+    return build(scenario, requests, record_token_times, fast_forward).run(check=check)

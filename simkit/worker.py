@@ -51,6 +51,15 @@ class PassBoundary(Event):
         env.schedule(self, LATE + rank)
 
 
+class Stuck(Exception):
+    """A worker ran many passes without producing anything while work remained."""
+
+
+#: a worker that runs this many passes in a row without emitting a token or finishing a
+#: prompt, and more than twice the passes its remaining prompts need, is declared stuck
+STALL_PASSES = 10_000
+
+
 #: called by a prefill worker for each request whose prompt it finished: (handoff, worker)
 HandoffSink = Callable[[Handoff, "Worker"], None]
 
@@ -78,9 +87,25 @@ class Worker:
         self.horizon = horizon  #: the run's time cap: fast-forwarded runs never cross it
         self.passes = 0
         self.busy_s = 0.0
+        self.stalled = 0  #: passes in a row without a token or a finished prompt
+        #: a message taken from the inbox during a fast-forwarded run, accepted at its pass end
+        self.in_hand = None
 
     def start(self) -> simpy.Process:
         return self.env.process(self.serve())
+
+    @property
+    def name(self) -> str:
+        return f"{self.pool}/{self.wid}"
+
+    def _check_liveness(self) -> None:
+        """Raise :class:`Stuck` if the stall is longer than the remaining prompts explain."""
+        sched = self.sched
+        need = sum(-(-(s.prefill_target - s.computed) // sched.budget)
+                   for s in list(sched.running) + list(sched.waiting))
+        if self.stalled > 2 * need + STALL_PASSES:
+            raise Stuck(f"worker {self.name} ran {self.stalled} passes without producing a token "
+                        f"or finishing a prompt (at t={self.env.now:.6f} s): {sched.describe()}")
 
     def _accept(self, msg) -> None:
         if type(msg) is Released:
@@ -133,6 +158,12 @@ class Worker:
             self.passes += 1
             self.busy_s += dt
             emitted, finished, prefilled = sched.complete(batch)
+            if emitted or finished or prefilled:
+                self.stalled = 0
+            else:
+                self.stalled += 1
+                if self.stalled > STALL_PASSES:
+                    self._check_liveness()
             now = env.now
             if emitted:
                 probe.tokens([s.rid for s in emitted], now)
@@ -181,7 +212,7 @@ class Worker:
                     break
                 yield get | env.timeout_at(ends[-1])
                 if get.triggered:
-                    msg = get.value
+                    msg = self.in_hand = get.value
                     break
                 if capped:
                     break
@@ -199,4 +230,5 @@ class Worker:
         for seq in finished:
             self.probe.finished(seq.rid, now, COMPLETED)
         if msg is not None:
+            self.in_hand = None
             self._accept(msg)

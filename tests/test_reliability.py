@@ -1,0 +1,132 @@
+"""Liveness guard, --check mode, Ctrl-C, time caps, max_model_len and run digests."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from simkit.cli import main
+from simkit.scheduler import VllmScheduler
+from simkit.sim import build, simulate
+
+from conftest import REPO, req, scenario
+
+SMALL = ["--set", "workload.num_requests=40"]
+
+
+def test_a_worker_that_stalls_is_stopped_with_a_diagnostic(monkeypatch):
+    # a scheduler whose passes never produce anything: the guard fires instead of hanging
+    monkeypatch.setattr(VllmScheduler, "complete", lambda self, batch: ([], [], []))
+    records = simulate(scenario(), [req(0, 0, 100, 5)])
+    assert records.stop_reason == "stuck"
+    # the guard allows STALL_PASSES (10,000) + twice the passes the remaining prompt needs
+    # (100 tokens, one pass: the no-op complete never advances it): it fires at pass 10,003
+    assert records.stop_detail.startswith("worker aggregated/0 ran 10003 passes without producing")
+    assert "1 running [0]" in records.stop_detail
+    assert records.requests[0].status == "incomplete"
+
+
+def test_nothing_left_to_happen_while_requests_wait_is_diagnosed(monkeypatch):
+    # a scheduler that never admits: the request waits and no event is left
+    monkeypatch.setattr(VllmScheduler, "_admit", lambda self, batch, budget: None)
+    records = simulate(scenario(), [req(0, 0, 100, 5), req(1, 5, 100, 5)])
+    assert records.stop_reason == "stuck"
+    assert records.stop_detail == (
+        "no event left at t=0.005000 s with 2 request(s) not ended; aggregated/0: 2 waiting [0, 1], "
+        "0 running [], 0 held for handoff; KV 0 of 16384 blocks in use, 16384 free")
+    assert [r.status for r in records.requests] == ["incomplete", "incomplete"]
+
+
+def test_check_mode_catches_a_leaked_block_with_its_time(monkeypatch):
+    original = VllmScheduler.complete
+
+    def leaky(self, batch):
+        out = original(self, batch)
+        self.kv.free_anon -= 1  # a block vanishes: free + cached + used != capacity
+        return out
+
+    monkeypatch.setattr(VllmScheduler, "complete", leaky)
+    records = simulate(scenario(), [req(0, 0, 1000, 3)], check=True)
+    assert records.stop_reason == "check_failed"
+    # the first pass ends at P(1000) = 32.1058589 ms; the leak is seen when that instant settles
+    assert records.stop_detail.startswith("at t=0.032106 s, worker aggregated/0: KV blocks not conserved")
+
+
+def test_check_mode_passes_and_changes_nothing_on_every_shipped_scenario():
+    from simkit.config import load_scenario, override
+
+    for path in sorted((REPO / "scenarios").glob("*.yaml")):
+        s = override(load_scenario(str(path)), {"workload.num_requests": 400})
+        checked = simulate(s, check=True)
+        assert checked.stop_reason == "completed", (path.name, checked.stop_detail)
+        assert checked == simulate(s)
+
+
+def test_time_cap_leaves_requests_incomplete():
+    s = scenario()
+    from simkit.config import override
+
+    s = override(s, {"max_sim_time_s": 0.05})
+    records = simulate(s, [req(0, 0, 1000, 50), req(1, 100, 100, 2)])
+    assert records.stop_reason == "time_cap" and records.end_at == 0.05
+    r0, r1 = records.requests
+    assert r0.status == "incomplete" and 0 < r0.output_length < 50
+    assert r1.status == "incomplete" and r1.first_admitted_at is None
+
+
+def test_max_model_len_rejects_and_counts():
+    recs = simulate(scenario(max_model_len=1000), [req(0, 0, 990, 11), req(1, 0, 990, 10)]).requests
+    assert [r.status for r in recs] == ["rejected", "completed"]
+
+
+def test_ctrl_c_writes_partial_results_marked_incomplete(tmp_path, monkeypatch, capsys):
+    from simkit.engine import PolynomialModel
+
+    calls = {"n": 0}
+    original = PolynomialModel.pass_time_s
+
+    def interrupting(self, *args):
+        calls["n"] += 1
+        if calls["n"] == 50:
+            raise KeyboardInterrupt
+        return original(self, *args)
+
+    monkeypatch.setattr(PolynomialModel, "pass_time_s", interrupting)
+    out = tmp_path / "o"
+    assert main(["scenarios/agg.yaml", "--out", str(out), "--no-plots", "--quiet", *SMALL]) == 130
+    assert "run stopped (interrupted)" in capsys.readouterr().err
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["stop"]["reason"] == "interrupted" and summary["stop"]["incomplete"] is True
+    assert summary["requests"]["incomplete"] > 0
+
+
+def test_run_digest_is_equal_for_equal_runs_and_differs_otherwise(tmp_path):
+    digests = []
+    for i, seed in enumerate((1, 1, 2)):
+        out = tmp_path / f"r{i}"
+        assert main(["scenarios/agg.yaml", "--out", str(out), "--no-plots", "--quiet", "--seed",
+                     str(seed), *SMALL]) == 0
+        digests.append(json.loads((out / "summary.json").read_text())["run_digest"])
+    assert digests[0] == digests[1] != digests[2]
+
+
+def test_cli_check_flag_runs_clean(tmp_path):
+    out = tmp_path / "o"
+    assert main(["scenarios/disagg.yaml", "--check", "--out", str(out), "--no-plots", "--quiet", *SMALL]) == 0
+    assert json.loads((out / "summary.json").read_text())["stop"]["reason"] == "completed"
+
+
+def test_build_accepts_per_pass_stepping_with_identical_results():
+    s = scenario(mode="disaggregated")
+    reqs = [req(i, 3 * i, 500 + 100 * i, 20) for i in range(6)]
+    assert build(s, reqs, fast_forward=False).run() == build(s, reqs).run()
+
+
+@pytest.mark.parametrize("bad", ["--set", "--out"])
+def test_argument_errors_are_one_line_exit_2(capsys, bad):
+    with pytest.raises(SystemExit) as info:
+        main(["scenarios/agg.yaml", bad])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("simkit: ")
