@@ -146,3 +146,24 @@ def test_override_of_an_aliased_pool_changes_only_that_pool(tmp_path):
                       parse_overrides(["pools.decode.enable_prefix_caching=false"]))
     assert s.pools.decode.enable_prefix_caching is False
     assert s.pools.prefill.enable_prefix_caching is True
+
+
+def test_missing_directory_and_empty_scenario_files(tmp_path):
+    cases = {
+        str(tmp_path / "absent.yaml"): "cannot read scenario file: No such file or directory",
+        str(tmp_path): "cannot read scenario file: Is a directory",
+    }
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("# only a comment\n")
+    cases[str(empty)] = "the file is empty; expected a scenario mapping @ $"
+    for path, expected in cases.items():
+        with pytest.raises(ConfigError) as info:
+            load_scenario(path)
+        assert info.value.messages == [f"{path}: {expected}"]
+
+
+def test_unknown_kind_lists_the_accepted_ones():
+    assert errors({"pools": {"aggregated": {}}, "workload": {"kind": "csv"}}) == [
+        "s.yaml: unknown kind 'csv' (expected one of: mooncake, synthetic) @ $.workload"]
+    assert errors({"pools": {"aggregated": {}}, "router": {}}) == [
+        "s.yaml: missing 'kind' (expected one of: round_robin) @ $.router"]

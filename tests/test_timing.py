@@ -125,3 +125,15 @@ def test_whole_prompt_must_fit_before_admission():
     assert recs[0].first_token_at == recs[1].first_token_at
     assert recs[2].first_admitted_at == recs[0].finished_at
     assert ttft(recs[2]) == ms(recs[0].finished_at * 1000 + P(3000))
+
+
+def test_output_length_zero_and_one():
+    # 0 output tokens: done when the prompt is (no token, no TTFT); 1 token: TTFT, no ITL
+    r0, r1 = run([req(0, 0, 1000, 0), req(1, 0, 1000, 1)])
+    assert (r0.status, r0.output_length, r0.ttft_s, r0.itl_s) == ("completed", 0, None, None)
+    assert r0.e2e_s * 1000 == ms(P(2000))
+    assert (r1.status, r1.output_length, r1.itl_s) == ("completed", 1, None)
+    assert ttft(r1) == ms(P(2000)) and r1.e2e_s == r1.ttft_s
+    # disaggregated: a 0-token request never crosses the link
+    (d0,) = run([req(0, 0, 1000, 0)], mode="disaggregated")
+    assert (d0.status, d0.handed_off_at, d0.decode_worker) == ("completed", None, None)
