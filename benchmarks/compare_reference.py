@@ -67,7 +67,7 @@ def main() -> None:
     args = ap.parse_args()
 
     scenario = load_scenario(os.path.join(REPO, "scenarios", f"reference_{args.mode}.yaml"),
-                             [("workload", {"kind": "mooncake", "path": os.path.abspath(args.trace)})])
+                             [("workload", {"kind": "trace", "path": os.path.abspath(args.trace)})])
     t0 = time.perf_counter()
     records = simulate(scenario, record_token_times=False)
     sim_wall = time.perf_counter() - t0

@@ -125,7 +125,7 @@ def main() -> None:
         print(line, flush=True)
         # in-process: events and passes per second, with and without fast-forward
         scenario = load_scenario(os.path.join(REPO, "scenarios", scen),
-                                 [("workload", {"kind": "mooncake", "path": trace})] +
+                                 [("workload", {"kind": "trace", "path": trace})] +
                                  ([("pools.aggregated.workers", 8)] if case == "synthetic_50k" else []))
         for ff in (True, False):
             sim = build(scenario, fast_forward=ff, record_token_times=False)

@@ -106,7 +106,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         overrides = []
         if args.trace is not None:
-            overrides.append(("workload", {"kind": "mooncake", "path": os.path.abspath(args.trace)}))
+            overrides.append(("workload", {"kind": "trace", "path": os.path.abspath(args.trace)}))
         overrides += parse_overrides(args.overrides)
         if args.seed is not None:
             overrides.append(("seed", args.seed))

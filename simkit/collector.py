@@ -1,5 +1,8 @@
 """The collector: implements the probe, keeps per-request timelines, and ends the run.
 
+A request's arrival is the moment the source released it (its trace time, or later for a
+follow-up turn, a dependent agent step or a session waiting for a closed-loop slot).
+
 Per-request state lives in flat lists indexed by request id (ids are 0..N-1), so a token
 costs a few list writes, not an object. Token times are kept per request in compact
 ``array('d')`` buffers when asked for. ``all_done`` succeeds when every request has ended.
@@ -30,6 +33,7 @@ class Collector:
         n = len(requests)
         self.env = env
         self.requests = requests
+        self.arrived_at: list[Optional[float]] = [None] * n
         self.first_admitted_at: list[Optional[float]] = [None] * n
         self.first_token_at: list[Optional[float]] = [None] * n
         self.second_token_at: list[Optional[float]] = [None] * n
@@ -46,6 +50,8 @@ class Collector:
         self.prompt_hit_tokens = 0
         self.remaining = n
         self.arrived_count = 0
+        #: called as listener(rid, at, status) when a request ends (the source's dependents)
+        self.listeners: list = []
         self.all_done = env.event()
         if n == 0:
             self.all_done.succeed()
@@ -53,7 +59,8 @@ class Collector:
     # ------------------------------------------------------------------ probe
 
     def arrived(self, rid: int, at: float) -> None:
-        self.arrived_count += 1  # the arrival time is the request's own
+        self.arrived_at[rid] = at
+        self.arrived_count += 1
 
     def admitted(self, rid: int, at: float, pool: str, worker: int, cached_tokens: int,
                  lookup_tokens: int) -> None:
@@ -119,6 +126,8 @@ class Collector:
         self.status[rid] = status
         self.finished_at[rid] = at
         self.remaining -= 1
+        for listener in self.listeners:
+            listener(rid, at, status)
         if self.remaining == 0:
             self.all_done.succeed()
 
@@ -137,7 +146,7 @@ class Collector:
             status = self.status[rid] or INCOMPLETE
             rows.append(RequestRecord(
                 rid=rid,
-                arrived_at=req.arrived_at,
+                arrived_at=self.arrived_at[rid],
                 input_length=req.input_length,
                 requested_output_length=req.output_length,
                 output_length=self.n_tokens[rid],

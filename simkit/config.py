@@ -175,27 +175,39 @@ class SyntheticWorkload:
     trace_block_size: int = field(default=16, validator=_tokens)  #: tokens per prompt identity block
 
 
-@frozen
-class MooncakeTrace:
-    """A Mooncake JSONL trace (REFERENCE.md section 2).
+TRACE_FORMATS = ("auto", "mooncake", "agentic", "azure", "csv")
 
-    ``path`` is resolved against the scenario file's folder (``--trace`` against the current
-    folder) and written absolute into ``scenario.resolved.yaml``. Arrival times are divided by
-    ``arrival_speedup_ratio``. ``trace_block_size`` is the tokens per ``hash_ids`` entry (512 in
-    the public Mooncake traces).
+
+@frozen
+class TraceWorkload:
+    """Requests replayed from a trace file (formats in :mod:`simkit.trace`).
+
+    ``format``: ``mooncake`` (JSONL; optional ``session_id`` + ``delay``/``delay_ms`` for
+    multi-turn sessions), ``agentic`` (JSONL with ``request_id``, ``wait_for`` dependencies and
+    ``delay_after_dependencies_ms``), ``azure`` (the Azure LLM inference CSV) or ``csv`` (a
+    header with ``arrival_ms``, ``input_length``, ``output_length``); ``auto`` tells them apart
+    from the file's first line. ``path`` is resolved against the scenario file's folder
+    (``--trace`` against the current folder) and written absolute into the resolved scenario.
+    Timestamps are divided by ``arrival_speedup_ratio`` (think times and dependency delays are
+    not). ``trace_block_size`` is the tokens per ``hash_ids`` entry (512 in the public Mooncake
+    traces). ``max_in_flight`` switches to closed-loop replay: at most that many sessions (a
+    request without a session is its own) run at once, each holding its slot from its first
+    dispatch to its last completion, think time included; a request's arrival is its dispatch.
     """
 
-    kind: Literal["mooncake"] = "mooncake"
+    kind: Literal["trace"] = "trace"
     path: str = ""
+    format: Literal["auto", "mooncake", "agentic", "azure", "csv"] = "auto"
     trace_block_size: int = field(default=512, validator=_tokens)  #: tokens per hash id
     arrival_speedup_ratio: float = field(default=1.0, validator=_pos)
+    max_in_flight: Optional[int] = field(default=None, validator=_count)  #: sessions (closed loop)
 
     def __attrs_post_init__(self) -> None:
         if not self.path:
             raise ValueError("'path' must name a trace file")
 
 
-WorkloadSpec = Union[SyntheticWorkload, MooncakeTrace]
+WorkloadSpec = Union[SyntheticWorkload, TraceWorkload]
 
 # ----------------------------------------------------------------------------- latency
 
@@ -355,7 +367,7 @@ class Scenario:
 _UNIONS: dict[Any, dict[str, type]] = {
     LengthSpec: {"fixed": FixedLength, "uniform": UniformLength, "lognormal": LognormalLength},
     ArrivalSpec: {"poisson": PoissonArrival},
-    WorkloadSpec: {"synthetic": SyntheticWorkload, "mooncake": MooncakeTrace},
+    WorkloadSpec: {"synthetic": SyntheticWorkload, "trace": TraceWorkload},
     LatencySpec: {"polynomial": PolynomialLatency, "constant": ConstantLatency},
     RouterSpec: {"round_robin": RoundRobinRouter},
 }

@@ -22,7 +22,7 @@ class RequestRecord:
     """
 
     rid: int
-    arrived_at: float
+    arrived_at: Optional[float]  #: release time; None if never released (cut by the time cap)
     input_length: int
     requested_output_length: int
     output_length: int
@@ -40,7 +40,9 @@ class RequestRecord:
     @property
     def ttft_s(self) -> Optional[float]:
         """Time to first token: first token - arrival."""
-        return None if self.first_token_at is None else self.first_token_at - self.arrived_at
+        if self.first_token_at is None or self.arrived_at is None:
+            return None
+        return self.first_token_at - self.arrived_at
 
     @property
     def itl_s(self) -> Optional[float]:
@@ -52,12 +54,16 @@ class RequestRecord:
     @property
     def e2e_s(self) -> Optional[float]:
         """End-to-end latency: completion - arrival."""
-        return None if self.finished_at is None else self.finished_at - self.arrived_at
+        if self.finished_at is None or self.arrived_at is None:
+            return None
+        return self.finished_at - self.arrived_at
 
     @property
     def queue_s(self) -> Optional[float]:
         """Queue time: first admission - arrival."""
-        return None if self.first_admitted_at is None else self.first_admitted_at - self.arrived_at
+        if self.first_admitted_at is None or self.arrived_at is None:
+            return None
+        return self.first_admitted_at - self.arrived_at
 
 
 @frozen

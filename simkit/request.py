@@ -23,6 +23,12 @@ class Request:
             blocks and an id implies its whole prefix (Mooncake semantics). ``None``: a unique
             prompt that shares nothing.
         hash_block_size: tokens per entry of ``hash_ids``.
+        session: the session (conversation, agent run) it belongs to, or None. In closed-loop
+            replay a session holds one slot from its first dispatch to its last completion.
+        deps: ids of the requests it waits for; it is released ``delay_s`` after the last of
+            them ends (a turn after its predecessor, an agent step after its tools). A request
+            without deps is released at ``arrived_at``.
+        delay_s: think or tool time after the dependencies end (seconds).
     """
 
     rid: int
@@ -31,6 +37,9 @@ class Request:
     output_length: int
     hash_ids: Optional[tuple[int, ...]] = None
     hash_block_size: int = 512
+    session: Optional[int] = None
+    deps: tuple[int, ...] = ()
+    delay_s: float = 0.0
 
     def block_keys(self, block_size: int) -> list[int]:
         """Identity keys of the prompt's *full* engine blocks of ``block_size`` tokens.

@@ -65,7 +65,9 @@ class Simulation:
         entry = self.pools["aggregated" if scenario.mode == "aggregated" else "prefill"]
         self.router = Router(env, scenario.router, self.router_queue, entry, probe,
                              handoff_queue=handoff_queue, decode_workers=self.pools.get("decode"))
-        self.source = Source(env, requests, self.router_queue, probe)
+        max_in_flight = getattr(scenario.workload, "max_in_flight", None)
+        self.source = Source(env, requests, self.router_queue, probe, max_in_flight)
+        self.collector.listeners.append(self.source.ended)
         self._started = False
 
     def start(self) -> None:

@@ -1,11 +1,26 @@
-"""The arrival source: replays requests into the router queue at their arrival times.
+"""The arrival source: releases requests into the router queue when they become due.
 
-Layer L3: owns a timeout loop.
+Open loop (the default): a request without dependencies is released at its ``arrived_at``;
+a request with dependencies (``Request.deps``: the previous turn of its session, or the
+requests an agent step waits for) is released ``delay_s`` after the last of them ends
+(completed or rejected), whatever its timestamp said.
+
+Closed loop (``max_in_flight`` = N): at most N sessions run at once (a request without a
+session is a session of its own). A session holds its slot from the dispatch of its first
+request to the end of its last one, think time included; when a slot frees, the next session
+in order of first timestamp starts at once, and its requests without dependencies are released
+at their offsets from the session's first timestamp. Continuations of running sessions never
+wait for a slot.
+
+A request's arrival, from which TTFT is measured, is the moment it is released, so waiting for
+a slot and think time are excluded (REFERENCE.md s2, bug class 7: sessions, not requests, are
+capped). Layer L3: a timeout loop plus timeout callbacks for dependent releases.
 """
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections import deque
+from typing import Optional, Sequence
 
 import simpy
 
@@ -14,24 +29,96 @@ from simkit.request import Request
 
 
 class Source:
-    """Puts each request on ``router_queue`` at ``request.arrived_at`` (sorted input)."""
+    """Releases ``requests`` (ids 0..N-1) onto ``router_queue``; call :meth:`ended` for each
+    request that ends so that what waits for it can follow."""
 
-    def __init__(self, env: simpy.Environment, requests: Iterable[Request],
-                 router_queue: simpy.Store, probe: Probe) -> None:
+    def __init__(self, env: simpy.Environment, requests: Sequence[Request], router_queue: simpy.Store,
+                 probe: Probe, max_in_flight: Optional[int] = None) -> None:
         self.env = env
-        self.requests = requests
         self.router_queue = router_queue
         self.probe = probe
+        self.max_in_flight = max_in_flight
+        by_rid: list = [None] * len(requests)
+        for r in requests:
+            by_rid[r.rid] = r
+        self.by_rid: list[Request] = by_rid
+        self.waiting_on = [len(r.deps) for r in by_rid]  #: unfinished dependencies per request
+        self.dependents: dict[int, list[int]] = {}
+        for r in by_rid:
+            for d in r.deps:
+                self.dependents.setdefault(d, []).append(r.rid)
+        #: roots (no dependencies) in release order: by arrival, then id
+        self.roots = sorted((r for r in by_rid if not r.deps), key=lambda r: (r.arrived_at, r.rid))
+        self.released = 0
+        if max_in_flight is not None:
+            self._prepare_sessions()
+
+    def _prepare_sessions(self) -> None:
+        sessions: dict = {}
+        for r in self.by_rid:
+            key = ("s", r.session) if r.session is not None else ("r", r.rid)
+            sessions.setdefault(key, []).append(r)
+        self.session_of = {}
+        self.left_in_session: list[int] = []
+        self.session_roots: list[list[Request]] = []
+        order = []
+        for index, members in enumerate(sessions.values()):
+            for r in members:
+                self.session_of[r.rid] = index
+            self.left_in_session.append(len(members))
+            roots = sorted((r for r in members if not r.deps), key=lambda r: (r.arrived_at, r.rid))
+            self.session_roots.append(roots)
+            first = min(r.arrived_at for r in members)
+            order.append((first, min(r.rid for r in members), index))
+        self.pending_sessions = deque(index for _, _, index in sorted(order))
+        self.free_slots = self.max_in_flight
 
     def start(self) -> simpy.Process:
         return self.env.process(self.run())
 
+    def _release(self, request: Request) -> None:
+        self.released += 1
+        self.probe.arrived(request.rid, self.env.now)
+        self.router_queue.put(request)
+
     def run(self):
-        """Yields: one timeout per distinct arrival time."""
-        env, queue, probe = self.env, self.router_queue, self.probe
-        for request in self.requests:
-            delay = request.arrived_at - env.now
-            if delay > 0:
-                yield env.timeout(delay)
-            probe.arrived(request.rid, env.now)
-            queue.put(request)
+        """Yields: one timeout per distinct release time of requests without dependencies
+        (open loop); nothing in closed loop, where sessions start as slots free."""
+        env = self.env
+        if self.max_in_flight is not None:
+            self._start_sessions()
+            return
+        for request in self.roots:
+            if request.arrived_at > env.now:
+                yield env.timeout_at(request.arrived_at)  # exactly the trace's time
+            self._release(request)
+
+    def _start_sessions(self) -> None:
+        while self.free_slots and self.pending_sessions:
+            index = self.pending_sessions.popleft()
+            self.free_slots -= 1
+            roots = self.session_roots[index]
+            base = roots[0].arrived_at if roots else 0.0
+            for r in roots:
+                self._release_later(r, r.arrived_at - base)
+
+    def _release_later(self, request: Request, delay: float) -> None:
+        if delay > 0:
+            self.env.timeout(delay).callbacks.append(lambda _ev, r=request: self._release(r))
+        else:
+            self._release(request)
+
+    def ended(self, rid: int, at: float, status: str) -> None:
+        """``rid`` ended (completed or rejected): release what waited only for it, and in
+        closed loop free its session's slot when it was the session's last request."""
+        for d in self.dependents.get(rid, ()):
+            self.waiting_on[d] -= 1
+            if self.waiting_on[d] == 0:
+                dep = self.by_rid[d]
+                self._release_later(dep, dep.delay_s)
+        if self.max_in_flight is not None:
+            index = self.session_of[rid]
+            self.left_in_session[index] -= 1
+            if self.left_in_session[index] == 0:
+                self.free_slots += 1
+                self._start_sessions()

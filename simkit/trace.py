@@ -1,4 +1,5 @@
-"""Workload sources: the Mooncake JSONL loader and the synthetic generator.
+"""Workload sources: trace loaders (Mooncake JSONL with sessions, agentic JSONL with
+dependencies, the Azure LLM inference CSV, a plain CSV) and the synthetic generator.
 
 Both return a tuple of :class:`~simkit.request.Request` sorted (stably) by arrival, with
 time zero at the earliest arrival and times in seconds: milliseconds appear only here.
@@ -7,17 +8,18 @@ Layer L2: imports config, request, rng, units; no SimPy.
 
 from __future__ import annotations
 
+import datetime
 import json
 import math
 import os
 import random
-from typing import Any, Iterable
+from typing import Any, Iterable, Optional
 
 from simkit.config import (
     FixedLength,
     LengthSpec,
     LognormalLength,
-    MooncakeTrace,
+    TraceWorkload,
     PoissonArrival,
     SyntheticWorkload,
     UniformLength,
@@ -27,7 +29,7 @@ from simkit.request import Request
 from simkit.rng import RngStreams
 from simkit.units import S_PER_MS
 
-__all__ = ["TraceError", "load_mooncake", "load_workload", "synthesize"]
+__all__ = ["TraceError", "detect_format", "load_trace", "load_workload", "synthesize"]
 
 
 class TraceError(Exception):
@@ -66,79 +68,273 @@ def _int_field(obj: dict, name: str, minimum: int, path: str, line: int) -> int:
     return value
 
 
-def _parse_mooncake_line(text: str, path: str, line: int, tbs: int) -> tuple[float, int, int, tuple | None]:
+def _read_lines(path: str):
+    """Yield ``(line number, text)`` for the non-blank lines of a UTF-8 text file (a BOM and
+    CRLF endings are fine).
+
+    Raises:
+        TraceError: a directory, an unreadable or non-UTF-8 file.
+    """
+    if os.path.isdir(path):
+        raise TraceError(path, None, "is a directory; expected a trace file")
+    try:
+        with open(path, encoding="utf-8-sig") as f:
+            for lineno, text in enumerate(f, start=1):
+                if text.strip():
+                    yield lineno, text.strip()
+    except OSError as exc:
+        raise TraceError(path, None, f"cannot read trace: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise TraceError(path, None, f"not UTF-8 text ({exc.reason}); expected a text trace") from None
+
+
+def _json_object(text: str, path: str, line: int, expected: str) -> dict:
     try:
         obj: Any = json.loads(text)
     except json.JSONDecodeError as exc:
         raise TraceError(path, line, f"not valid JSON ({exc.msg} at column {exc.colno}); "
                          "expected one JSON object per line") from None
+    except RecursionError:
+        raise TraceError(path, line, "JSON nested too deeply; expected one flat object per line") from None
     if not isinstance(obj, dict):
-        raise TraceError(path, line, f"found a JSON {_json_type(obj)}; expected an object "
-                         "with timestamp, input_length, output_length, hash_ids")
-    if "timestamp" not in obj:
-        raise TraceError(path, line, "missing field 'timestamp' (expected milliseconds >= 0)")
-    ts = obj["timestamp"]
+        raise TraceError(path, line, f"found a JSON {_json_type(obj)}; expected an object with {expected}")
+    return obj
+
+
+def _number_field(obj: dict, name: str, path: str, line: int, default: Any = ...) -> Optional[float]:
+    if name not in obj or obj[name] is None:
+        if default is not ...:
+            return default
+        raise TraceError(path, line, f"missing field {name!r} (expected milliseconds >= 0)")
+    value = obj[name]
     try:
-        ok = not isinstance(ts, bool) and isinstance(ts, (int, float)) and math.isfinite(float(ts)) and ts >= 0
+        ok = (not isinstance(value, bool) and isinstance(value, (int, float))
+              and math.isfinite(float(value)) and value >= 0)
     except OverflowError:
         ok = False
     if not ok:
-        shown = repr(ts) if len(repr(ts)) <= 40 else repr(ts)[:37] + "..."
-        raise TraceError(path, line, f"field 'timestamp' is {shown}; expected finite milliseconds >= 0")
-    isl = _int_field(obj, "input_length", 1, path, line)
-    osl = _int_field(obj, "output_length", 0, path, line)
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        raise TraceError(path, line, f"field {name!r} is {shown}; expected finite milliseconds >= 0")
+    return float(value)
+
+
+def _hash_ids(obj: dict, isl: int, tbs: int, path: str, line: int) -> Optional[tuple]:
     ids = obj.get("hash_ids")
-    hash_ids = None
-    if ids is not None:
-        if not isinstance(ids, list) or not all(
-            isinstance(h, int) and not isinstance(h, bool) and h >= 0 for h in ids
-        ):
-            raise TraceError(path, line, "field 'hash_ids' must be a list of integers >= 0")
-        if isl > len(ids) * tbs:
-            raise TraceError(
-                path, line,
-                f"input_length {isl} is larger than its hash_ids cover "
-                f"({len(ids)} ids * trace_block_size {tbs} = {len(ids) * tbs} tokens)",
-            )
-        hash_ids = tuple(ids[: -(-isl // tbs)])
-    return float(ts), isl, osl, hash_ids
+    if ids is None:
+        return None
+    if not isinstance(ids, list) or not all(
+        isinstance(h, int) and not isinstance(h, bool) and 0 <= h < 1 << 63 for h in ids
+    ):
+        raise TraceError(path, line, "field 'hash_ids' must be a list of integers in [0, 2^63)")
+    if isl > len(ids) * tbs:
+        raise TraceError(
+            path, line,
+            f"input_length {isl} is larger than its hash_ids cover "
+            f"({len(ids)} ids * trace_block_size {tbs} = {len(ids) * tbs} tokens)",
+        )
+    return tuple(ids[: -(-isl // tbs)])
 
 
-def load_mooncake(spec: MooncakeTrace) -> tuple[Request, ...]:
-    """Load a Mooncake JSONL trace (REFERENCE.md section 2).
+def _id_field(obj: dict, name: str, path: str, line: int):
+    key = obj.get(name)
+    if key is not None and isinstance(key, (bool, float, list, dict)):
+        raise TraceError(path, line, f"field {name!r} is {key!r}; expected a string or an integer")
+    return key
 
-    Each non-blank line is ``{"timestamp": ms, "input_length": int >= 1, "output_length":
-    int >= 0, "hash_ids": [int, ...]}``; ``hash_ids`` may be absent (no prefix sharing).
-    Request ids are 0-based indices among non-blank lines; arrivals are rebased to the
-    earliest timestamp, divided by ``arrival_speedup_ratio`` and sorted stably. A UTF-8 BOM
-    and CRLF line endings are accepted; surplus ``hash_ids`` are ignored.
+
+class _Row:
+    """One parsed trace line, before ids and dependencies are resolved."""
+
+    __slots__ = ("line", "ts_ms", "isl", "osl", "ids", "session", "key", "wait_for", "delay_ms")
+
+    def __init__(self, line, ts_ms, isl, osl, ids=None, session=None, key=None, wait_for=(), delay_ms=0.0):
+        self.line, self.ts_ms, self.isl, self.osl, self.ids = line, ts_ms, isl, osl, ids
+        self.session, self.key, self.wait_for, self.delay_ms = session, key, wait_for, delay_ms
+
+
+def _mooncake_rows(spec: TraceWorkload):
+    """Mooncake JSONL: ``timestamp`` (ms), ``input_length``, ``output_length``, optional
+    ``hash_ids`` and, for multi-turn sessions, ``session_id`` with ``delay`` or ``delay_ms``
+    (ms): a turn after the first of its session arrives that long after the previous turn of
+    the session ends (its own ``timestamp`` is then optional and ignored)."""
+    path, tbs = spec.path, spec.trace_block_size
+    seen_sessions: set = set()
+    for line, text in _read_lines(path):
+        obj = _json_object(text, path, line, "timestamp, input_length, output_length, hash_ids")
+        session = _id_field(obj, "session_id", path, line)
+        follow_up = session is not None and session in seen_sessions
+        if session is not None:
+            seen_sessions.add(session)
+        ts = _number_field(obj, "timestamp", path, line, default=None if follow_up else ...)
+        isl = _int_field(obj, "input_length", 1, path, line)
+        osl = _int_field(obj, "output_length", 0, path, line)
+        delay = 0.0
+        for name in ("delay_ms", "delay"):
+            if name in obj:
+                delay = _number_field(obj, name, path, line)
+        yield _Row(line, ts, isl, osl, _hash_ids(obj, isl, tbs, path, line), session, None, (), delay)
+
+
+def _agentic_rows(spec: TraceWorkload):
+    """Agentic JSONL (REFERENCE.md s2): ``request_id`` (unique), ``session_id``,
+    ``input_length``, ``max_output_tokens`` (or ``output_length``), ``hash_ids``, optional
+    ``first_ready_timestamp_ms`` (when a request without dependencies is ready; default 0),
+    ``wait_for`` (ids of requests on earlier lines it waits for) and
+    ``delay_after_dependencies_ms`` (think or tool time after the last of them ends).
+    ``prefix_reset`` is accepted: the prompt identity is carried by ``hash_ids``."""
+    path, tbs = spec.path, spec.trace_block_size
+    for line, text in _read_lines(path):
+        obj = _json_object(text, path, line, "request_id, session_id, input_length, max_output_tokens")
+        key = _id_field(obj, "request_id", path, line)
+        if key is None:
+            raise TraceError(path, line, "missing field 'request_id' (expected a string or an integer)")
+        isl = _int_field(obj, "input_length", 1, path, line)
+        out_name = "max_output_tokens" if "max_output_tokens" in obj else "output_length"
+        osl = _int_field(obj, out_name, 0, path, line)
+        wait_for = obj.get("wait_for") or []
+        if not isinstance(wait_for, list) or any(
+                w is None or isinstance(w, (bool, float, list, dict)) for w in wait_for):
+            raise TraceError(path, line, "field 'wait_for' must be a list of request ids")
+        ready = _number_field(obj, "first_ready_timestamp_ms", path, line, default=0.0)
+        delay = _number_field(obj, "delay_after_dependencies_ms", path, line, default=0.0)
+        yield _Row(line, ready, isl, osl, _hash_ids(obj, isl, tbs, path, line),
+                   _id_field(obj, "session_id", path, line), key, tuple(wait_for), delay)
+
+
+def _azure_ms(text: str, path: str, line: int) -> tuple[int, float]:
+    """(day ordinal, ms since that day's midnight) of an Azure ``TIMESTAMP``."""
+    try:
+        date_part, _, time_part = text.partition(" ")
+        day = datetime.date.fromisoformat(date_part).toordinal()
+        hh, mm, ss = time_part.split(":")
+        seconds = int(hh) * 3600 + int(mm) * 60 + float(ss)
+        if not 0 <= seconds < 86401:
+            raise ValueError
+    except ValueError:
+        raise TraceError(path, line, f"TIMESTAMP {text!r} is not a date and time like "
+                                     "'2023-11-16 18:15:46.6805900'") from None
+    return day, seconds * 1000.0
+
+
+def _csv_rows(spec: TraceWorkload, azure: bool):
+    """CSV with a header. Azure LLM inference trace: ``TIMESTAMP`` (a datetime such as
+    ``2023-11-16 18:15:46.6805900``), ``ContextTokens``, ``GeneratedTokens``. Plain CSV:
+    ``arrival_ms``, ``input_length``, ``output_length``. No prefix information: prompts share
+    nothing."""
+    path = spec.path
+    lines = _read_lines(path)
+    first = next(lines, None)
+    if first is None:
+        return
+    header = [h.strip() for h in first[1].split(",")]
+    want = (["TIMESTAMP", "ContextTokens", "GeneratedTokens"] if azure
+            else ["arrival_ms", "input_length", "output_length"])
+    if sorted(header) != sorted(want):
+        raise TraceError(path, first[0], f"CSV header is {','.join(header)!r}; "
+                                         f"expected the columns {','.join(want)}")
+    time_col, in_col, out_col = (header.index(name) for name in want)
+    day0 = None
+    for line, text in lines:
+        cells = [c.strip() for c in text.split(",")]
+        if len(cells) != len(header):
+            raise TraceError(path, line, f"{len(cells)} columns; expected {len(header)} ({','.join(header)})")
+        if azure:
+            day, ms = _azure_ms(cells[time_col], path, line)
+            day0 = day if day0 is None else day0
+            ts = (day - day0) * 86_400_000.0 + ms
+        else:
+            try:
+                ts = float(cells[time_col])
+                if not (math.isfinite(ts) and ts >= 0):
+                    raise ValueError
+            except ValueError:
+                raise TraceError(path, line, f"arrival_ms {cells[time_col]!r}; expected finite "
+                                             "milliseconds >= 0") from None
+        lengths = []
+        for col, minimum in ((in_col, 1), (out_col, 0)):
+            name, value = header[col], cells[col]
+            if not value.isdigit() or int(value) < minimum or int(value) > 1 << 40:
+                raise TraceError(path, line, f"{name} {value!r}; expected an integer >= {minimum}")
+            lengths.append(int(value))
+        yield _Row(line, ts, lengths[0], lengths[1])
+
+
+_READERS = {
+    "mooncake": _mooncake_rows,
+    "agentic": _agentic_rows,
+    "azure": lambda spec: _csv_rows(spec, azure=True),
+    "csv": lambda spec: _csv_rows(spec, azure=False),
+}
+
+
+def detect_format(path: str) -> str:
+    """The trace format of ``path`` from its first non-blank line.
+
+    Raises:
+        TraceError: the file is unreadable, empty, or its first line fits no format.
+    """
+    first = next(_read_lines(path), None)
+    if first is None:
+        raise TraceError(path, None, "the trace has no requests; expected JSONL or CSV lines")
+    line, text = first
+    try:
+        json.loads(text)
+        is_json = True
+    except (ValueError, RecursionError):
+        is_json = False
+    if is_json or text[0] in "{[":  # JSONL (a malformed first line gets its own error later)
+        return "agentic" if ('"request_id"' in text or '"wait_for"' in text) else "mooncake"
+    header = [h.strip() for h in text.split(",")]
+    if sorted(header) == sorted(["TIMESTAMP", "ContextTokens", "GeneratedTokens"]):
+        return "azure"
+    if "arrival_ms" in header:
+        return "csv"
+    raise TraceError(path, line, "cannot tell the trace format from the first line; set "
+                                 "workload.format to one of: mooncake, agentic, azure, csv")
+
+
+def load_trace(spec: TraceWorkload) -> tuple[Request, ...]:
+    """Load a trace file in ``spec.format`` (detected from the first line when ``auto``).
+
+    Request ids are 0-based indices among the file's requests (non-blank lines; CSV data rows).
+    Timestamps are rebased to the earliest and divided by ``arrival_speedup_ratio``; requests
+    are sorted stably by arrival. Sessions and dependencies become ``Request.deps`` with
+    ``delay_s``.
 
     Raises:
         TraceError: missing file, a directory, an empty trace, or a malformed line
-            (``FILE:LINE: reason``).
+            (``FILE:LINE: reason``), including a dependency on an unknown or later request.
     """
-    path = spec.path
-    if os.path.isdir(path):
-        raise TraceError(path, None, "is a directory; expected a Mooncake JSONL trace file")
-    rows = []
-    try:
-        with open(path, encoding="utf-8-sig") as f:
-            for lineno, text in enumerate(f, start=1):
-                if not text.strip():
-                    continue
-                rows.append(_parse_mooncake_line(text, path, lineno, spec.trace_block_size))
-    except OSError as exc:
-        raise TraceError(path, None, f"cannot read trace: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        raise TraceError(path, None, f"not UTF-8 text ({exc.reason}); expected JSONL") from None
+    fmt = spec.format if spec.format != "auto" else detect_format(spec.path)
+    rows = list(_READERS[fmt](spec))
     if not rows:
-        raise TraceError(path, None, "the trace has no requests; expected JSONL lines")
-    t0 = min(r[0] for r in rows)
-    speedup = spec.arrival_speedup_ratio
-    requests = [
-        Request(rid, (ts - t0) / speedup * S_PER_MS, isl, osl, ids, spec.trace_block_size)
-        for rid, (ts, isl, osl, ids) in enumerate(rows)
-    ]
+        raise TraceError(spec.path, None, "the trace has no requests; expected JSONL or CSV lines")
+    t0 = min(r.ts_ms for r in rows if r.ts_ms is not None)
+    speedup, tbs = spec.arrival_speedup_ratio, spec.trace_block_size
+    sessions: dict = {}  # session key -> session index
+    last_turn: dict = {}  # mooncake: session key -> rid of its latest turn
+    by_key: dict = {}  # agentic: request_id -> rid
+    requests = []
+    for rid, row in enumerate(rows):
+        session = None if row.session is None else sessions.setdefault(row.session, len(sessions))
+        deps: tuple = ()
+        if row.key is not None:  # agentic
+            if row.key in by_key:
+                raise TraceError(spec.path, row.line, f"request_id {row.key!r} repeats an earlier line's")
+            missing = [w for w in row.wait_for if w not in by_key]
+            if missing:
+                raise TraceError(spec.path, row.line, f"wait_for names {missing[0]!r}, which is not "
+                                                      "the request_id of an earlier line")
+            deps = tuple(dict.fromkeys(by_key[w] for w in row.wait_for))
+            by_key[row.key] = rid
+        elif row.session is not None:
+            if row.session in last_turn:  # a follow-up turn waits for the previous one
+                deps = (last_turn[row.session],)
+            last_turn[row.session] = rid
+        ts = row.ts_ms if row.ts_ms is not None else t0
+        at = (ts - t0) / speedup * S_PER_MS
+        requests.append(Request(rid, at, row.isl, row.osl, row.ids, tbs, session, deps,
+                                row.delay_ms * S_PER_MS if deps else 0.0))
     requests.sort(key=lambda r: r.arrived_at)  # stable: equal times keep file order
     return tuple(requests)
 
@@ -205,6 +401,6 @@ def load_workload(spec: WorkloadSpec, seed: int) -> tuple[Request, ...]:
     Raises:
         TraceError: for a trace file that is missing or malformed.
     """
-    if isinstance(spec, MooncakeTrace):
-        return load_mooncake(spec)
+    if isinstance(spec, TraceWorkload):
+        return load_trace(spec)
     return synthesize(spec, seed)

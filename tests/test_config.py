@@ -136,7 +136,7 @@ def test_overrides_are_validated_like_the_file(tmp_path):
 def test_relative_trace_path_resolves_against_the_scenario_folder(tmp_path):
     (tmp_path / "sub").mkdir()
     path = tmp_path / "sub" / "s.yaml"
-    path.write_text("workload: {kind: mooncake, path: t.jsonl}\npools: {aggregated: {}}\n")
+    path.write_text("workload: {kind: trace, path: t.jsonl}\npools: {aggregated: {}}\n")
     assert load_scenario(str(path)).workload.path == str(tmp_path / "sub" / "t.jsonl")
 
 
@@ -164,6 +164,6 @@ def test_missing_directory_and_empty_scenario_files(tmp_path):
 
 def test_unknown_kind_lists_the_accepted_ones():
     assert errors({"pools": {"aggregated": {}}, "workload": {"kind": "csv"}}) == [
-        "s.yaml: unknown kind 'csv' (expected one of: mooncake, synthetic) @ $.workload"]
+        "s.yaml: unknown kind 'csv' (expected one of: synthetic, trace) @ $.workload"]
     assert errors({"pools": {"aggregated": {}}, "router": {}}) == [
         "s.yaml: missing 'kind' (expected one of: round_robin) @ $.router"]

@@ -10,15 +10,15 @@ from hypothesis import strategies as st
 
 from simkit.config import ConfigError, load_scenario, parse_overrides, scenario_from_dict, yaml_load
 from simkit.sim import simulate
-from simkit.trace import TraceError, load_mooncake
-from simkit.config import MooncakeTrace
+from simkit.trace import TraceError, load_trace
+from simkit.config import TraceWorkload
 
 FIELDS = ["name", "seed", "workload", "pools", "aggregated", "prefill", "decode", "workers", "block_size",
           "num_gpu_blocks", "max_num_batched_tokens", "max_num_seqs", "max_model_len",
           "enable_prefix_caching", "enable_chunked_prefill", "latency", "kind", "polynomial", "constant",
           "prefill_ms", "decode_ms", "speedup_ratio", "link", "bandwidth_gb_per_s", "latency_ms",
           "channels", "kv_bytes_per_token", "router", "round_robin", "sla", "ttft_ms", "itl_ms", "e2e_ms",
-          "max_sim_time_s", "synthetic", "mooncake", "num_requests", "arrival", "poisson", "rate_per_s",
+          "max_sim_time_s", "synthetic", "trace", "num_requests", "arrival", "poisson", "rate_per_s",
           "input_tokens", "output_tokens", "fixed", "uniform", "lognormal", "value", "low", "high", "mean",
           "sigma", "min", "max", "shared_prefix", "num_groups", "prefix_tokens", "trace_block_size",
           "path", "arrival_speedup_ratio", "bogus"]
@@ -92,7 +92,7 @@ def test_trace_files_load_or_fail_with_file_and_line(tmp_path_factory, lines, cr
     text = ("\r\n" if crlf else "\n").join(lines)
     path.write_bytes((b"\xef\xbb\xbf" if bom else b"") + text.encode("utf-8", "surrogatepass"))
     try:
-        requests = load_mooncake(MooncakeTrace(path=str(path)))
+        requests = load_trace(TraceWorkload(path=str(path), format="mooncake"))
     except TraceError as exc:
         assert str(exc).startswith(str(path)) and "\n" not in str(exc)
         return

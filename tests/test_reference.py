@@ -25,7 +25,7 @@ REFERENCE = json.loads((REPO / "tests" / "data" / "reference_mooncake_conversati
 def test_mooncake_conversation_matches_reference_within_5_percent(mode):
     trace = shared_path("traces", "mooncake_conversation.jsonl")
     scenario = load_scenario(str(REPO / "scenarios" / f"reference_{mode}.yaml"),
-                             [("workload", {"kind": "mooncake", "path": str(trace)})])
+                             [("workload", {"kind": "trace", "path": str(trace)})])
     summary = summarize(simulate(scenario, record_token_times=False))
     ref = REFERENCE[mode]
     assert summary["requests"] == {"total": 12031, "completed": 12031, "rejected": 0, "incomplete": 0}

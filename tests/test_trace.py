@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from simkit.config import MooncakeTrace, SyntheticWorkload, scenario_from_dict
-from simkit.trace import TraceError, load_mooncake, synthesize
+from simkit.config import SyntheticWorkload, TraceWorkload, scenario_from_dict
+from simkit.trace import TraceError, load_trace, synthesize
 
 
 def load(tmp_path, text: str, **kw):
     path = tmp_path / "t.jsonl"
     path.write_bytes(text.encode("utf-8") if isinstance(text, str) else text)
-    return load_mooncake(MooncakeTrace(path=str(path), **kw)), str(path)
+    return load_trace(TraceWorkload(path=str(path), **kw)), str(path)
 
 
 def test_loads_sorts_stably_and_rebases_time(tmp_path):
@@ -51,9 +51,9 @@ def test_empty_missing_and_directory(tmp_path):
     with pytest.raises(TraceError, match="has no requests"):
         load(tmp_path, "\n\n")
     with pytest.raises(TraceError, match="cannot read trace"):
-        load_mooncake(MooncakeTrace(path=str(tmp_path / "absent.jsonl")))
+        load_trace(TraceWorkload(path=str(tmp_path / "absent.jsonl")))
     with pytest.raises(TraceError, match="is a directory"):
-        load_mooncake(MooncakeTrace(path=str(tmp_path)))
+        load_trace(TraceWorkload(path=str(tmp_path)))
 
 
 def test_synthetic_is_seeded_and_shares_prefixes():
