@@ -33,3 +33,21 @@ def test_mooncake_conversation_matches_reference_within_5_percent(mode):
         for q in ("p50", "p90"):
             ours, theirs = summary[metric][q], ref[metric][q]
             assert abs(ours / theirs - 1) <= 0.05, f"{metric} {q}: simkit {ours:.2f} vs reference {theirs:.2f}"
+
+
+CONCURRENCY = json.loads((REPO / "tests" / "data" / "reference_mooncake_synthetic_concurrency.json").read_text())
+
+
+@pytest.mark.reference
+@pytest.mark.parametrize("max_in_flight", [16, 64])
+def test_closed_loop_matches_reference_within_5_percent(max_in_flight):
+    trace = shared_path("traces", "mooncake_synthetic.jsonl")
+    scenario = load_scenario(str(REPO / "scenarios" / "reference_agg.yaml"),
+                             [("workload", {"kind": "trace", "path": str(trace), "max_in_flight": max_in_flight})])
+    summary = summarize(simulate(scenario, record_token_times=False))
+    ref = CONCURRENCY[str(max_in_flight)]
+    assert summary["requests"]["completed"] == ref["completed"] == 3993
+    for metric in ("ttft_ms", "e2e_ms"):
+        for q in ("p50", "p90"):
+            ours, theirs = summary[metric][q], ref[metric][q]
+            assert abs(ours / theirs - 1) <= 0.05, f"{metric} {q}: simkit {ours:.2f} vs reference {theirs:.2f}"
