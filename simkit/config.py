@@ -175,7 +175,7 @@ class SyntheticWorkload:
     trace_block_size: int = field(default=16, validator=_tokens)  #: tokens per prompt identity block
 
 
-TRACE_FORMATS = ("auto", "mooncake", "agentic", "azure", "csv")
+TRACE_FORMATS = ("auto", "mooncake", "agentic", "azure", "csv", "weka", "weka_requests")
 
 
 @frozen
@@ -188,6 +188,9 @@ class TraceWorkload:
     header with ``arrival_ms``, ``input_length``, ``output_length``); ``auto`` tells them apart
     from the file's first line. ``path`` is resolved against the scenario file's folder
     (``--trace`` against the current folder) and written absolute into the resolved scenario.
+    ``weka`` (kv-cache-tester agentic sessions, nested subagents) and ``weka_requests`` (its
+    flattened per-request form) are sessions without a common clock: they start together, or
+    ``sessions_per_s`` apart, or under ``max_in_flight``.
     Timestamps are divided by ``arrival_speedup_ratio`` (think times and dependency delays are
     not). ``trace_block_size`` is the tokens per ``hash_ids`` entry (512 in the public Mooncake
     traces). ``max_in_flight`` switches to closed-loop replay: at most that many sessions (a
@@ -197,14 +200,19 @@ class TraceWorkload:
 
     kind: Literal["trace"] = "trace"
     path: str = ""
-    format: Literal["auto", "mooncake", "agentic", "azure", "csv"] = "auto"
+    format: Literal["auto", "mooncake", "agentic", "azure", "csv", "weka", "weka_requests"] = "auto"
     trace_block_size: int = field(default=512, validator=_tokens)  #: tokens per hash id
     arrival_speedup_ratio: float = field(default=1.0, validator=_pos)
     max_in_flight: Optional[int] = field(default=None, validator=_count)  #: sessions (closed loop)
+    #: weka formats (sessions without a common clock): start session k at k / rate seconds
+    #: instead of all at 0
+    sessions_per_s: Optional[float] = field(default=None, validator=_pos)
 
     def __attrs_post_init__(self) -> None:
         if not self.path:
             raise ValueError("'path' must name a trace file")
+        if self.sessions_per_s is not None and self.format not in ("weka", "weka_requests"):
+            raise ValueError("'sessions_per_s' applies to format weka or weka_requests (set format)")
 
 
 WorkloadSpec = Union[SyntheticWorkload, TraceWorkload]

@@ -51,8 +51,9 @@ class Request:
         ids = self.hash_ids
         if ids is None:
             return []
-        n_full = self.input_length // block_size
         tbs = self.hash_block_size
+        # blocks past what the ids cover (an unhashed partial tail) have no identity
+        n_full = min(self.input_length, len(ids) * tbs) // block_size
         stride = tbs + 1
         if tbs % block_size == 0:  # the common case: whole engine blocks per trace block
             offsets = range(block_size, tbs + 1, block_size)

@@ -15,6 +15,8 @@ import os
 import random
 from typing import Any, Iterable, Optional
 
+import attrs
+
 from simkit.config import (
     FixedLength,
     LengthSpec,
@@ -118,7 +120,10 @@ def _number_field(obj: dict, name: str, path: str, line: int, default: Any = ...
     return float(value)
 
 
-def _hash_ids(obj: dict, isl: int, tbs: int, path: str, line: int) -> Optional[tuple]:
+def _hash_ids(obj: dict, isl: int, tbs: int, path: str, line: int,
+              partial_tail: bool = False) -> Optional[tuple]:
+    """The ``hash_ids`` of a line, cut to the prompt. ``partial_tail``: the ids may leave out a
+    final partial block (kv-cache-tester hashes full blocks only); those tokens share nothing."""
     ids = obj.get("hash_ids")
     if ids is None:
         return None
@@ -126,7 +131,7 @@ def _hash_ids(obj: dict, isl: int, tbs: int, path: str, line: int) -> Optional[t
         isinstance(h, int) and not isinstance(h, bool) and 0 <= h < 1 << 63 for h in ids
     ):
         raise TraceError(path, line, "field 'hash_ids' must be a list of integers in [0, 2^63)")
-    if isl > len(ids) * tbs:
+    if isl > (len(ids) + (1 if partial_tail else 0)) * tbs:
         raise TraceError(
             path, line,
             f"input_length {isl} is larger than its hash_ids cover "
@@ -143,13 +148,15 @@ def _id_field(obj: dict, name: str, path: str, line: int):
 
 
 class _Row:
-    """One parsed trace line, before ids and dependencies are resolved."""
+    """One parsed request, before ids and dependencies are resolved."""
 
-    __slots__ = ("line", "ts_ms", "isl", "osl", "ids", "session", "key", "wait_for", "delay_ms")
+    __slots__ = ("line", "ts_ms", "isl", "osl", "ids", "session", "key", "wait_for", "delay_ms", "tbs")
 
-    def __init__(self, line, ts_ms, isl, osl, ids=None, session=None, key=None, wait_for=(), delay_ms=0.0):
+    def __init__(self, line, ts_ms, isl, osl, ids=None, session=None, key=None, wait_for=(), delay_ms=0.0,
+                 tbs=None):
         self.line, self.ts_ms, self.isl, self.osl, self.ids = line, ts_ms, isl, osl, ids
         self.session, self.key, self.wait_for, self.delay_ms = session, key, wait_for, delay_ms
+        self.tbs = tbs  #: tokens per hash id when the file says (else the spec's)
 
 
 def _mooncake_rows(spec: TraceWorkload):
@@ -259,11 +266,114 @@ def _csv_rows(spec: TraceWorkload, azure: bool):
         yield _Row(line, ts, lengths[0], lengths[1])
 
 
+def _weka_rows(spec: TraceWorkload):
+    """kv-cache-tester ("Weka") agentic sessions, one JSON object per line: ``id``,
+    ``block_size`` (tokens per hash id, 64), ``requests``: main-agent requests ``{"t", "in",
+    "out", "hash_ids", "think_time"}`` in order, and subagents ``{"type": "subagent",
+    "requests": [...]}`` nested among them. Hash ids are local to a session (they are made
+    unique per session here). Each main request follows the previous one after its
+    ``think_time`` (s); a subagent's requests follow the main request that spawned it and each
+    other; the next main request also waits for the subagent to finish (as a Task tool does).
+    Sessions have no common clock: all start at 0 unless ``sessions_per_s`` staggers them or
+    ``max_in_flight`` runs them closed-loop."""
+    path = spec.path
+    for line, text in _read_lines(path):
+        obj = _json_object(text, path, line, "id, block_size, requests")
+        sid = _id_field(obj, "id", path, line)
+        tbs = obj.get("block_size", 64)
+        requests = obj.get("requests")
+        if sid is None or not isinstance(tbs, int) or isinstance(tbs, bool) or tbs < 1 or not isinstance(requests, list):
+            raise TraceError(path, line, "expected a session object with 'id', an integer 'block_size' and a "
+                                         "list 'requests'")
+        namespace = (line << 40)  # hash ids are local to each session
+        counter = [0]
+
+        def row(req: Any, wait_for: list, where: str) -> _Row:
+            if not isinstance(req, dict):
+                raise TraceError(path, line, f"{where} is a JSON {_json_type(req)}; expected an object")
+            try:
+                isl = _int_field(req, "in", 1, path, line)
+                osl = _int_field(req, "out", 0, path, line)
+                think = _number_field(req, "think_time", path, line, default=0.0)
+                ids = _hash_ids(req, isl, tbs, path, line, partial_tail=True)
+            except TraceError as exc:
+                raise TraceError(path, line, f"{where}: {exc.message}") from None
+            if ids is not None:
+                ids = tuple(namespace + h for h in ids if h < 1 << 40) if all(h < 1 << 40 for h in ids) else None
+                if ids is None:
+                    raise TraceError(path, line, f"{where}: hash ids must be below 2^40")
+            counter[0] += 1
+            return _Row(line, 0.0, isl, osl, ids, sid, f"{sid}#{counter[0]}", tuple(wait_for),
+                        think * 1000.0, tbs)
+
+        previous: list = []  # what the next main request waits for
+        for i, req in enumerate(requests):
+            if isinstance(req, dict) and req.get("type") == "subagent":
+                subs = req.get("requests")
+                if not isinstance(subs, list):
+                    raise TraceError(path, line, f"request {i}: a subagent needs a list 'requests'")
+                chain = list(previous[:1])  # spawned by the last main request
+                for j, sub in enumerate(subs):
+                    r = row(sub, chain, f"request {i} (subagent) step {j}")
+                    yield r
+                    chain = [r.key]
+                previous = previous + chain  # the next main request waits for it too
+                continue
+            r = row(req, previous, f"request {i}")
+            yield r
+            previous = [r.key]
+
+
+def _weka_request_rows(spec: TraceWorkload):
+    """The flattened kv-cache-tester trace, one request per line: ``session``, ``seq``,
+    ``agent`` (``main`` or a subagent id), ``t`` (s since session start), ``input_length``,
+    ``output_length``, ``think_time`` (s), ``block_size`` and ``prefix_blocks_prev`` (leading
+    blocks equal to the previous request of the same agent thread). Prompt identities are
+    rebuilt from ``prefix_blocks_prev``. Each request follows the previous one of its thread
+    after its ``think_time``; a subagent's first request follows the main-thread request sent
+    last before it."""
+    path = spec.path
+    threads: dict = {}  # (session, agent) -> (key, hash ids) of its latest request
+    main_by_session: dict = {}  # session -> [(t, key)] of main-thread requests
+    fresh = [0]
+    for line, text in _read_lines(path):
+        obj = _json_object(text, path, line, "session, seq, agent, t, input_length, output_length")
+        session = _id_field(obj, "session", path, line)
+        agent = _id_field(obj, "agent", path, line)
+        if session is None or agent is None:
+            raise TraceError(path, line, "missing field 'session' or 'agent'")
+        t = _number_field(obj, "t", path, line)
+        isl = _int_field(obj, "input_length", 1, path, line)
+        osl = _int_field(obj, "output_length", 0, path, line)
+        think = _number_field(obj, "think_time", path, line, default=0.0)
+        tbs = _int_field(obj, "block_size", 1, path, line) if "block_size" in obj else 64
+        keep = _int_field(obj, "prefix_blocks_prev", 0, path, line) if "prefix_blocks_prev" in obj else 0
+        n_blocks = -(-isl // tbs)
+        prev = threads.get((session, agent))
+        shared = list(prev[1][:min(keep, n_blocks)]) if prev else []
+        ids = tuple(shared + list(range(fresh[0], fresh[0] + n_blocks - len(shared))))
+        fresh[0] += n_blocks - len(shared)
+        key = f"{session}/{agent}/{line}"
+        if prev:
+            wait_for = (prev[0],)
+        elif agent != "main" and main_by_session.get(session):
+            earlier = [k for mt, k in main_by_session[session] if mt <= t]
+            wait_for = (earlier[-1],) if earlier else ()
+        else:
+            wait_for = ()
+        threads[(session, agent)] = (key, ids)
+        if agent == "main":
+            main_by_session.setdefault(session, []).append((t, key))
+        yield _Row(line, 0.0, isl, osl, ids, session, key, wait_for, think * 1000.0, tbs)
+
+
 _READERS = {
     "mooncake": _mooncake_rows,
     "agentic": _agentic_rows,
     "azure": lambda spec: _csv_rows(spec, azure=True),
     "csv": lambda spec: _csv_rows(spec, azure=False),
+    "weka": _weka_rows,
+    "weka_requests": _weka_request_rows,
 }
 
 
@@ -283,6 +393,10 @@ def detect_format(path: str) -> str:
     except (ValueError, RecursionError):
         is_json = False
     if is_json or text[0] in "{[":  # JSONL (a malformed first line gets its own error later)
+        if '"requests"' in text and '"block_size"' in text:
+            return "weka"
+        if '"prefix_blocks_prev"' in text or ('"session"' in text and '"agent"' in text):
+            return "weka_requests"
         return "agentic" if ('"request_id"' in text or '"wait_for"' in text) else "mooncake"
     header = [h.strip() for h in text.split(",")]
     if sorted(header) == sorted(["TIMESTAMP", "ContextTokens", "GeneratedTokens"]):
@@ -333,8 +447,14 @@ def load_trace(spec: TraceWorkload) -> tuple[Request, ...]:
             last_turn[row.session] = rid
         ts = row.ts_ms if row.ts_ms is not None else t0
         at = (ts - t0) / speedup * S_PER_MS
-        requests.append(Request(rid, at, row.isl, row.osl, row.ids, tbs, session, deps,
+        requests.append(Request(rid, at, row.isl, row.osl, row.ids, row.tbs or tbs, session, deps,
                                 row.delay_ms * S_PER_MS if deps else 0.0))
+    if spec.sessions_per_s is not None:  # stagger session starts: session k at k / rate
+        first: dict = {}
+        for r in requests:
+            first.setdefault(r.session, len(first))
+        requests = [attrs.evolve(r, arrived_at=r.arrived_at + first[r.session] / spec.sessions_per_s)
+                    if not r.deps else r for r in requests]
     requests.sort(key=lambda r: r.arrived_at)  # stable: equal times keep file order
     return tuple(requests)
 

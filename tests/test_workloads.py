@@ -127,3 +127,56 @@ def test_sessions_in_a_real_shaped_trace_end_exactly_once(tmp_path):
         records = simulate(s, check=True)
         assert records.stop_reason == "completed"
         assert all(r.status == "completed" for r in records.requests)
+
+
+def test_weka_sessions_chain_main_requests_and_wait_for_subagents(tmp_path):
+    session = {"id": "trace_x", "block_size": 64, "requests": [
+        {"t": 0.0, "type": "n", "in": 130, "out": 3, "hash_ids": [1, 2], "think_time": 0.0},
+        {"type": "subagent", "t": 5.0, "agent_id": "a1", "requests": [
+            {"t": 0.0, "in": 100, "out": 2, "hash_ids": [7], "think_time": 1.5},
+            {"t": 3.0, "in": 200, "out": 2, "hash_ids": [7, 8, 9], "think_time": 0.5}]},
+        {"t": 9.0, "type": "n", "in": 192, "out": 2, "hash_ids": [1, 2, 3], "think_time": 2.0},
+    ]}
+    path = write(tmp_path, "w.jsonl", [json.dumps(session), json.dumps(dict(session, id="trace_y"))])
+    assert detect_format(path) == "weka"
+    reqs = {r.rid: r for r in load_trace(TraceWorkload(path=path))}
+    # within a session: main 0 -> subagent steps 1, 2 -> main 3, which also waits for main 0
+    assert [reqs[i].deps for i in range(4)] == [(), (0,), (1,), (0, 2)]
+    assert [reqs[i].delay_s for i in range(4)] == [0.0, 1.5, 0.5, 2.0]
+    # hash ids are local to a session: the two copies share no prompt identity
+    assert not set(reqs[0].hash_ids) & set(reqs[4].hash_ids)
+    # 130 tokens with 2 ids of 64: the 2-token partial tail is accepted, without identity
+    assert len(reqs[0].block_keys(64)) == 2
+    recs = run_trace(path, workers=2)
+    sub_end = recs[2].finished_at
+    assert recs[3].arrived_at == pytest.approx(sub_end + 2.0, rel=1e-12)
+    staggered = override(scenario(), {"workload": {"kind": "trace", "path": path, "format": "weka",
+                                                   "sessions_per_s": 0.5}})
+    recs = simulate(staggered).requests
+    assert recs[4].arrived_at == 2.0  # the second session starts 1 / 0.5 s later
+
+
+def test_weka_flat_requests_rebuild_prefixes_and_threads(tmp_path):
+    rows = [
+        {"session": "s1", "seq": 0, "agent": "main", "t": 0, "input_length": 256, "output_length": 2,
+         "think_time": 0, "block_size": 64, "prefix_blocks_prev": 0},
+        {"session": "s1", "seq": 1, "agent": "agent_001", "t": 4, "input_length": 128, "output_length": 2,
+         "think_time": 1, "block_size": 64, "prefix_blocks_prev": 0},
+        {"session": "s1", "seq": 2, "agent": "main", "t": 9, "input_length": 384, "output_length": 2,
+         "think_time": 3, "block_size": 64, "prefix_blocks_prev": 4},
+    ]
+    path = write(tmp_path, "r.jsonl", [json.dumps(r) for r in rows])
+    assert detect_format(path) == "weka_requests"
+    r0, r1, r2 = sorted(load_trace(TraceWorkload(path=path)), key=lambda r: r.rid)
+    assert r2.hash_ids[:4] == r0.hash_ids and len(r2.hash_ids) == 6
+    assert (r1.deps, r1.delay_s, r2.deps, r2.delay_s) == ((0,), 1.0, (0,), 3.0)
+
+
+def test_sessions_per_s_is_refused_for_formats_with_a_clock():
+    from simkit.config import ConfigError, scenario_from_dict
+
+    with pytest.raises(ConfigError) as info:
+        scenario_from_dict({"pools": {"aggregated": {}}, "workload": {"kind": "trace", "path": "x.jsonl",
+                                                                      "sessions_per_s": 1.0}}, "s.yaml")
+    assert info.value.messages == ["s.yaml: 'sessions_per_s' applies to format weka or weka_requests "
+                                   "(set format) @ $.workload"]
