@@ -133,7 +133,54 @@ class LognormalLength:
             raise ValueError(f"'max' must be >= 'min' ({self.min}): {self.max}")
 
 
-LengthSpec = Union[FixedLength, UniformLength, LognormalLength]
+@frozen
+class NormalLength:
+    """Normal lengths (``mean``, ``std`` tokens), rounded and clipped to ``[min, max]``."""
+
+    kind: Literal["normal"] = "normal"
+    mean: float = field(default=1000.0, validator=_pos)  #: tokens
+    std: float = field(default=100.0, validator=_nonneg)  #: tokens
+    min: int = field(default=1, validator=_tokens)
+    max: Optional[int] = field(default=None, validator=_tokens)
+
+    def __attrs_post_init__(self) -> None:
+        if self.max is not None and self.max < self.min:
+            raise ValueError(f"'max' must be >= 'min' ({self.min}): {self.max}")
+
+
+@frozen
+class ZipfLength:
+    """Zipf (power-law) lengths on ``[min, max]``: P(n) proportional to (n - min + 1)^-alpha,
+    so most requests are short and a few are very long; ``alpha`` > 1."""
+
+    kind: Literal["zipf"] = "zipf"
+    alpha: float = field(default=1.5, validator=_pos)
+    min: int = field(default=1, validator=_tokens)
+    max: int = field(default=32768, validator=_tokens)
+
+    def __attrs_post_init__(self) -> None:
+        if self.alpha <= 1.0:
+            raise ValueError(f"'alpha' must be > 1: {self.alpha}")
+        if self.max < self.min:
+            raise ValueError(f"'max' must be >= 'min' ({self.min}): {self.max}")
+
+
+@frozen
+class EmpiricalLength:
+    """Lengths drawn uniformly from a trace file's requests: their prompt (``field: input``)
+    or output (``field: output``) lengths. ``path`` resolves like the workload's."""
+
+    kind: Literal["empirical"] = "empirical"
+    path: str = ""
+    field: Literal["input", "output"] = "input"
+    format: Literal["auto", "mooncake", "agentic", "azure", "csv", "weka", "weka_requests"] = "auto"
+
+    def __attrs_post_init__(self) -> None:
+        if not self.path:
+            raise ValueError("'path' must name a trace file")
+
+
+LengthSpec = Union[FixedLength, UniformLength, LognormalLength, NormalLength, ZipfLength, EmpiricalLength]
 
 
 @frozen
@@ -144,7 +191,73 @@ class PoissonArrival:
     rate_per_s: float = field(default=1.0, validator=_pos)
 
 
-ArrivalSpec = Union[PoissonArrival]
+@frozen
+class GammaArrival:
+    """Gamma inter-arrival times at ``rate_per_s`` with coefficient of variation ``cv``
+    (burstiness: 1 is Poisson, above 1 bursty, below 1 smoother)."""
+
+    kind: Literal["gamma"] = "gamma"
+    rate_per_s: float = field(default=1.0, validator=_pos)
+    cv: float = field(default=2.0, validator=_pos)
+
+
+@frozen
+class ConstantArrival:
+    """Evenly spaced arrivals, ``1 / rate_per_s`` apart."""
+
+    kind: Literal["constant"] = "constant"
+    rate_per_s: float = field(default=1.0, validator=_pos)
+
+
+@frozen
+class RateSegment:
+    """``duration_s`` seconds of Poisson arrivals at ``rate_per_s`` (0: none)."""
+
+    duration_s: float = field(default=60.0, validator=_pos)
+    rate_per_s: float = field(default=1.0, validator=_nonneg)
+
+
+@frozen
+class PiecewiseArrival:
+    """Poisson arrivals whose rate follows ``segments`` in turn, the pattern repeating."""
+
+    kind: Literal["piecewise"] = "piecewise"
+    segments: list[RateSegment] = field(factory=lambda: [RateSegment()])
+
+    def __attrs_post_init__(self) -> None:
+        if not self.segments or not any(seg.rate_per_s > 0 for seg in self.segments):
+            raise ValueError("'segments' must have at least one segment with rate_per_s > 0")
+        object.__setattr__(self, "segments", list(self.segments))
+
+
+@frozen
+class DiurnalArrival:
+    """Poisson arrivals with a sinusoidal rate: ``mean_rate_per_s`` * (1 + ``amplitude`` *
+    sin(2 pi (t - ``phase_s``) / ``period_s``)), ``amplitude`` in [0, 1] (drawn by thinning)."""
+
+    kind: Literal["diurnal"] = "diurnal"
+    mean_rate_per_s: float = field(default=1.0, validator=_pos)
+    amplitude: float = field(default=0.5, validator=_nonneg)
+    period_s: float = field(default=86400.0, validator=_pos)
+    phase_s: float = field(default=0.0, validator=_finite)
+
+    def __attrs_post_init__(self) -> None:
+        if self.amplitude > 1.0:
+            raise ValueError(f"'amplitude' must be <= 1: {self.amplitude}")
+
+
+ArrivalSpec = Union[PoissonArrival, GammaArrival, ConstantArrival, PiecewiseArrival, DiurnalArrival]
+
+
+@frozen
+class SyntheticSessions:
+    """Multi-turn sessions: arrivals start sessions; each has ``turns`` turns (a length
+    distribution used as a count). Turn k+1 is sent an exponential think time of mean
+    ``think_time_s`` after turn k completes, and its prompt is turn k's prompt plus a new
+    user message drawn from ``input_tokens`` (so the history hits the prefix cache)."""
+
+    turns: LengthSpec = field(factory=lambda: UniformLength(low=2, high=6))
+    think_time_s: float = field(default=10.0, validator=_nonneg)
 
 
 @frozen
@@ -162,7 +275,9 @@ class SyntheticWorkload:
     """Generated requests: arrivals, input and output lengths, optional shared prefixes.
 
     Each aspect draws from its own named random stream of the scenario seed, so changing one
-    does not change the others. ``trace_block_size`` is the token granularity of the prompt
+    does not change the others. Arrivals: poisson, gamma (burstiness ``cv``), constant,
+    piecewise (rate segments) or diurnal; lengths: fixed, uniform, normal, lognormal, zipf or
+    empirical (from a trace file). ``trace_block_size`` is the token granularity of the prompt
     identities it generates (16, vLLM's default block size; it must divide the engine's).
     """
 
@@ -173,6 +288,8 @@ class SyntheticWorkload:
     output_tokens: LengthSpec = field(factory=lambda: UniformLength(low=50, high=400))
     shared_prefix: Optional[SharedPrefix] = None
     trace_block_size: int = field(default=16, validator=_tokens)  #: tokens per prompt identity block
+    #: multi-turn sessions (``num_requests`` then counts turns; arrivals start sessions)
+    sessions: Optional[SyntheticSessions] = None
 
 
 TRACE_FORMATS = ("auto", "mooncake", "agentic", "azure", "csv", "weka", "weka_requests")
@@ -373,8 +490,10 @@ class Scenario:
 # ----------------------------------------------------------------------------- converter
 
 _UNIONS: dict[Any, dict[str, type]] = {
-    LengthSpec: {"fixed": FixedLength, "uniform": UniformLength, "lognormal": LognormalLength},
-    ArrivalSpec: {"poisson": PoissonArrival},
+    LengthSpec: {"fixed": FixedLength, "uniform": UniformLength, "lognormal": LognormalLength,
+                 "normal": NormalLength, "zipf": ZipfLength, "empirical": EmpiricalLength},
+    ArrivalSpec: {"poisson": PoissonArrival, "gamma": GammaArrival, "constant": ConstantArrival,
+                  "piecewise": PiecewiseArrival, "diurnal": DiurnalArrival},
     WorkloadSpec: {"synthetic": SyntheticWorkload, "trace": TraceWorkload},
     LatencySpec: {"polynomial": PolynomialLatency, "constant": ConstantLatency},
     RouterSpec: {"round_robin": RoundRobinRouter},
@@ -649,8 +768,11 @@ def _unalias(node: Any) -> Any:
 
 def _resolve_workload_path(data: dict, base_dir: str) -> None:
     wl = data.get("workload")
-    if isinstance(wl, dict) and isinstance(wl.get("path"), str) and wl["path"]:
-        wl["path"] = os.path.normpath(os.path.join(base_dir, os.path.expanduser(wl["path"])))
+    if not isinstance(wl, dict):
+        return
+    for node in (wl, wl.get("input_tokens"), wl.get("output_tokens")):
+        if isinstance(node, dict) and isinstance(node.get("path"), str) and node["path"]:
+            node["path"] = os.path.normpath(os.path.join(base_dir, os.path.expanduser(node["path"])))
 
 
 def load_scenario(path: str, overrides: Optional[list[tuple[str, Any]]] = None) -> Scenario:
@@ -680,7 +802,8 @@ def load_scenario(path: str, overrides: Optional[list[tuple[str, Any]]] = None) 
     _resolve_workload_path(data, os.path.dirname(os.path.abspath(path)))
     for key, value in overrides or []:
         _set_dotted(data, key, value, source=f"--set {key}")
-        if key == "workload.path" or (key == "workload" and isinstance(value, dict)):
+        if key == "workload" or (key.startswith("workload.") and key.endswith(".path")) or (
+                key.startswith("workload.") and isinstance(value, dict)):
             _resolve_workload_path(data, os.getcwd())
     try:
         return scenario_from_dict(data, source=path)

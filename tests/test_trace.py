@@ -74,3 +74,59 @@ def test_huge_numbers_are_refused_not_crashed(tmp_path):
         load(tmp_path, '{"timestamp": 1' + "0" * 400 + ', "input_length": 5, "output_length": 1}\n')
     with pytest.raises(TraceError, match="found a JSON null"):
         load(tmp_path, "null\n")
+
+
+def workload(**kw):
+    return scenario_from_dict({"pools": {"aggregated": {}}, "workload": dict({"kind": "synthetic"}, **kw)}).workload
+
+
+def gaps(reqs):
+    return [b.arrived_at - a.arrived_at for a, b in zip(reqs, reqs[1:])]
+
+
+def test_arrival_processes():
+    const = synthesize(workload(num_requests=5, arrival={"kind": "constant", "rate_per_s": 4.0}), 0)
+    assert [r.arrived_at for r in const] == [0.0, 0.25, 0.5, 0.75, 1.0]
+    import statistics
+
+    for cv in (0.5, 3.0):  # gamma: the gaps' coefficient of variation follows cv (20,000 draws)
+        g = gaps(synthesize(workload(num_requests=20000, arrival={"kind": "gamma", "rate_per_s": 10.0, "cv": cv}), 1))
+        assert statistics.mean(g) == pytest.approx(0.1, rel=0.05)
+        assert statistics.stdev(g) / statistics.mean(g) == pytest.approx(cv, rel=0.1)
+    # piecewise: 10 s at 5/s, then 10 s with no arrivals, repeating
+    pw = synthesize(workload(num_requests=300, arrival={"kind": "piecewise", "segments": [
+        {"duration_s": 10, "rate_per_s": 5}, {"duration_s": 10, "rate_per_s": 0}]}), 2)
+    assert all(r.arrived_at % 20 <= 10 for r in pw)
+    assert pw[-1].arrived_at > 40
+    # diurnal: the busy half of the period gets about 3x the quiet half's arrivals (amplitude 0.8)
+    di = synthesize(workload(num_requests=20000, arrival={"kind": "diurnal", "mean_rate_per_s": 2.0,
+                                                          "amplitude": 0.8, "period_s": 100.0}), 3)
+    busy = sum(1 for r in di if (r.arrived_at % 100) < 50)
+    assert busy / (len(di) - busy) == pytest.approx((1 + 0.8 * 2 / 3.14159) / (1 - 0.8 * 2 / 3.14159), rel=0.1)
+
+
+def test_length_distributions(tmp_path):
+    normal = synthesize(workload(num_requests=2000, input_tokens={"kind": "normal", "mean": 500, "std": 300,
+                                                                  "min": 100, "max": 800}), 0)
+    assert min(r.input_length for r in normal) == 100 and max(r.input_length for r in normal) == 800
+    zipf = synthesize(workload(num_requests=5000, input_tokens={"kind": "zipf", "alpha": 2.0, "min": 10, "max": 5000}), 0)
+    lengths = sorted(r.input_length for r in zipf)
+    assert lengths[0] == 10 and lengths[-1] <= 5000
+    assert sum(1 for n in lengths if n == 10) / len(lengths) == pytest.approx(1 / 1.6449, rel=0.05)  # 1/zeta(2)
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_ms,input_length,output_length\n0,111,7\n5,222,9\n")
+    emp = synthesize(workload(num_requests=200, input_tokens={"kind": "empirical", "path": str(trace)},
+                              output_tokens={"kind": "empirical", "path": str(trace), "field": "output"}), 0)
+    assert {r.input_length for r in emp} == {111, 222} and {r.output_length for r in emp} == {7, 9}
+
+
+def test_synthetic_sessions_chain_turns_with_think_time_and_growing_prompts():
+    reqs = synthesize(workload(num_requests=40, trace_block_size=16,
+                               input_tokens={"kind": "fixed", "value": 100}, output_tokens={"kind": "fixed", "value": 5},
+                               sessions={"turns": {"kind": "fixed", "value": 4}, "think_time_s": 2.0}), 0)
+    assert len(reqs) == 40 and len({r.session for r in reqs}) == 10
+    first, second = reqs[0], reqs[1]
+    assert (first.deps, second.deps, second.session) == ((), (0,), first.session)
+    assert second.delay_s > 0 and second.input_length == 200
+    # the history's 6 full 16-token blocks keep their identity in the next turn
+    assert second.hash_ids[:6] == first.hash_ids[:6] and second.hash_ids[6] != first.hash_ids[6]
