@@ -3,9 +3,13 @@
 Public API::
 
     import simkit
-    scenario = simkit.load_scenario("scenarios/disagg.yaml")
-    records = simkit.simulate(scenario)
-    summary = simkit.summarize(records, scenario.sla)
+    result = simkit.run("scenarios/disagg.yaml", {"pools.decode.workers": 4})
+    result.summary["ttft_ms"]        # the same numbers as summary.json
+    result.requests                  # pandas DataFrame, one row per request
+    result.plot_cdf(other_result)    # matplotlib Figure
+    result.save("runs/mine")         # the CLI's files; simkit.load_result(...) reads them back
+
+Lower level: ``load_scenario``, ``override``, ``simulate`` (returns RunRecords), ``summarize``.
 """
 
 __version__ = "0.1.0"
@@ -13,6 +17,7 @@ __version__ = "0.1.0"
 from simkit.config import ConfigError, Scenario, load_scenario, override, scenario_from_dict  # noqa: E402
 from simkit.report import summarize  # noqa: E402
 from simkit.sim import build, simulate  # noqa: E402
+from simkit.api import Result, load_result, run  # noqa: E402
 
-__all__ = ["ConfigError", "Scenario", "build", "load_scenario", "override", "scenario_from_dict",
-           "simulate", "summarize", "__version__"]
+__all__ = ["ConfigError", "Result", "Scenario", "build", "load_result", "load_scenario", "override",
+           "run", "scenario_from_dict", "simulate", "summarize", "__version__"]

@@ -1,5 +1,6 @@
 """Command line: ``python -m simkit SCENARIO.yaml [--trace FILE] [--set KEY=VALUE ...]
-[--seed N] [--out DIR] [--force] [--no-plots] [--quiet]``.
+[--seed N] [--out DIR] [--force] [--check] [--per-pass] [--no-plots] [--quiet]`` and
+``python -m simkit compare RUN_DIR ... [--plot FILE]``.
 
 Exit codes: 0 success (including a run cut by ``max_sim_time_s``); 2 bad input (scenario, trace,
 arguments, output folder), reported as one line per problem on stderr with no traceback and no
@@ -54,7 +55,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="step every forward pass as its own SimPy event instead of fast-forwarding "
                         "runs of identical decode passes (same results, slower; for validation)")
     p.add_argument("--no-plots", action="store_true", help="do not draw the latency CDF plot")
-    p.add_argument("--quiet", action="store_true", help="print only the output folder")
+    p.add_argument("--quiet", action="store_true", help="print only the output folder (and no progress bar)")
     p.add_argument("--version", action="version", version=f"simkit {__version__}")
     return p
 
@@ -101,7 +102,71 @@ def _fail(lines: Sequence[str]) -> int:
     return 2
 
 
+def _compare_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m simkit compare",
+                description="Compare finished runs side by side: a summary table and overlaid CDFs.")
+    p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="output folders of earlier runs")
+    p.add_argument("--plot", default="compare_cdf.png", metavar="FILE",
+                   help="where to save the overlaid TTFT/ITL CDFs (default: compare_cdf.png)")
+    p.add_argument("--force", action="store_true", help="replace an existing --plot file")
+    return p
+
+
+def _fmt(value, spec: str = ".2f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def compare_table(results) -> str:
+    """A side-by-side table of run summaries (columns: runs)."""
+    rows = [("completed / total", lambda s: f"{s['requests']['completed']}/{s['requests']['total']}")]
+    for metric, name in (("ttft_ms", "TTFT"), ("itl_ms", "ITL"), ("e2e_ms", "E2E")):
+        for q in ("p50", "p90", "p99"):
+            rows.append((f"{name} {q} ms", lambda s, m=metric, q=q: _fmt(s[m] and s[m][q])))
+    rows += [
+        ("throughput req/s", lambda s: _fmt(s["throughput"]["requests_per_s"], ".3f")),
+        ("output tokens/s", lambda s: _fmt(s["throughput"]["output_tokens_per_s"], ".1f")),
+        ("goodput fraction", lambda s: _fmt(s.get("goodput", {}).get("fraction"), ".3f")),
+        ("worker-seconds", lambda s: _fmt(sum(s["worker_seconds"].values()), ".1f")),
+        ("prefix hit ratio", lambda s: _fmt(s["prefix_cache_hit_ratio"], ".3f")),
+    ]
+    width = max(14, *(len(r.label) for r in results))
+    lines = [f"{'':20}" + "".join(f"{r.label[-width:]:>{width + 2}}" for r in results)]
+    for name, get in rows:
+        lines.append(f"{name:20}" + "".join(f"{get(r.summary):>{width + 2}}" for r in results))
+    return "\n".join(lines)
+
+
+def compare_main(argv: Sequence[str]) -> int:
+    """``python -m simkit compare RUN_DIR ...``: exit 0, or 2 for a folder that is not a run."""
+    args = _compare_parser().parse_args(argv)
+    from simkit.api import load_result
+
+    results = []
+    for run_dir in args.runs:
+        if not os.path.isfile(os.path.join(run_dir, "summary.json")):
+            return _fail([f"{run_dir}: not a simkit run folder (no summary.json)"])
+        try:
+            results.append(load_result(run_dir))
+        except (OSError, ValueError, ConfigError) as exc:
+            lines = exc.messages if isinstance(exc, ConfigError) else [str(exc)]
+            return _fail([f"{run_dir}: cannot read the run: {lines[0]}"])
+    print(compare_table(results))
+    if args.plot:
+        if os.path.exists(args.plot) and not args.force:
+            return _fail([f"{args.plot}: exists; choose another --plot or add --force"])
+        fig = results[0].plot_cdf(*results[1:])
+        try:
+            fig.savefig(args.plot, dpi=110, metadata={"Software": None})
+        except OSError as exc:
+            return _fail([f"{args.plot}: cannot write the plot: {exc.strerror or exc}"])
+        print(f"wrote {args.plot}")
+    return 0
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "compare":
+        return compare_main(argv[1:])
     args = _parser().parse_args(argv)
     try:
         overrides = []
@@ -125,6 +190,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except TraceError as exc:
         return _fail([str(exc)])
     load_s = time.perf_counter() - wall0
+    if not args.quiet and sys.stderr.isatty():
+        from simkit.progress import attach_progress
+
+        attach_progress(sim)
     records = sim.run(check=args.check)
     run_s = time.perf_counter() - wall0 - load_s
     summary = summarize(records, scenario.sla)
@@ -134,7 +203,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
         figures["latency_cdf"] = latency_cdf([(scenario.name, records)], scenario.sla)
     info = {"simkit_version": __version__, "load_s": load_s, "run_s": run_s, "check": args.check,
-            "requests": len(records.requests), "argv": list(argv if argv is not None else sys.argv[1:])}
+            "requests": len(records.requests), "argv": argv}
     try:
         write_run(out_dir, scenario, records, summary, info, figures, force=args.force)
     except FileExistsError:

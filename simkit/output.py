@@ -1,7 +1,7 @@
 """The one output writer: a run's files, written into a temporary folder and renamed into
 place only when complete, so no output folder is ever half-written.
 
-Files: ``summary.json`` (with ``run_digest``, a SHA-256 of the resolved scenario and the
+Files: ``requests.parquet`` (the per-request rows as a typed table), ``summary.json`` (with ``run_digest``, a SHA-256 of the resolved scenario and the
 per-request rows, so two runs can be compared at a glance), ``requests.jsonl``,
 ``scenario.resolved.yaml``, ``latency_cdf.png`` and ``run_info.json`` (the only file with
 wall-clock facts). Layer L6.
@@ -19,33 +19,16 @@ from typing import Any, Optional
 
 from simkit.config import Scenario, dump_scenario
 from simkit.records import RunRecords
-from simkit.units import MS_PER_S
+from simkit.report import request_rows
 
 
-def _ms(value: Optional[float]) -> Optional[float]:
-    return None if value is None else value * MS_PER_S
-
-
-def request_rows(records: RunRecords) -> list[dict[str, Any]]:
-    """One JSON-ready dict per request (times in ms since the earliest arrival)."""
-    rows = []
-    for r in records.requests:
-        rows.append({
-            "id": r.rid,
-            "arrival_ms": _ms(r.arrived_at),
-            "input_length": r.input_length,
-            "output_length": r.output_length,
-            "requested_output_length": r.requested_output_length,
-            "ttft_ms": _ms(r.ttft_s),
-            "itl_ms": _ms(r.itl_s),
-            "e2e_ms": _ms(r.e2e_s),
-            "queue_ms": _ms(r.queue_s),
-            "status": r.status,
-            "cached_tokens": r.cached_tokens,
-            "prefill_worker": r.prefill_worker,
-            "decode_worker": r.decode_worker,
-        })
-    return rows
+def _pandas():
+    try:
+        import pandas
+        import pyarrow  # noqa: F401  (Parquet engine)
+    except ImportError:
+        return None
+    return pandas
 
 
 def write_run(out_dir: str, scenario: Scenario, records: RunRecords, summary: dict,
@@ -61,7 +44,8 @@ def write_run(out_dir: str, scenario: Scenario, records: RunRecords, summary: di
         raise FileExistsError(out_dir)
     parent = os.path.dirname(out_dir)
     os.makedirs(parent, exist_ok=True)
-    rows_text = "".join(json.dumps(row) + "\n" for row in request_rows(records))
+    rows = request_rows(records)
+    rows_text = "".join(json.dumps(row) + "\n" for row in rows)
     scenario_text = dump_scenario(scenario)
     # a fingerprint of everything the run computed: equal digests mean byte-identical results
     digest = hashlib.sha256((scenario_text + "\0" + rows_text).encode("utf-8")).hexdigest()
@@ -78,6 +62,9 @@ def write_run(out_dir: str, scenario: Scenario, records: RunRecords, summary: di
             f.write(rows_text)
         with open(os.path.join(tmp, "scenario.resolved.yaml"), "w", encoding="utf-8") as f:
             f.write(scenario_text)
+        pd = _pandas()
+        if pd is not None:  # the same rows, typed, for pandas/Arrow users
+            pd.DataFrame(rows).to_parquet(os.path.join(tmp, "requests.parquet"), index=False)
         info = dict(run_info, python=platform.python_version(), host=platform.node())
         with open(os.path.join(tmp, "run_info.json"), "w", encoding="utf-8") as f:
             json.dump(info, f, indent=2)

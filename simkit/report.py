@@ -21,9 +21,35 @@ from simkit.config import SlaSpec
 from simkit.records import RunRecords
 from simkit.units import MS_PER_S
 
-__all__ = ["nearest_rank", "summarize", "render_text"]
+__all__ = ["nearest_rank", "request_rows", "summarize", "render_text"]
 
 PERCENTILES = (50, 90, 99)
+
+
+def _ms(value: Optional[float]) -> Optional[float]:
+    return None if value is None else value * MS_PER_S
+
+
+def request_rows(records: RunRecords) -> list[dict[str, Any]]:
+    """One JSON-ready dict per request (times in ms since the earliest arrival)."""
+    rows = []
+    for r in records.requests:
+        rows.append({
+            "id": r.rid,
+            "arrival_ms": _ms(r.arrived_at),
+            "input_length": r.input_length,
+            "output_length": r.output_length,
+            "requested_output_length": r.requested_output_length,
+            "ttft_ms": _ms(r.ttft_s),
+            "itl_ms": _ms(r.itl_s),
+            "e2e_ms": _ms(r.e2e_s),
+            "queue_ms": _ms(r.queue_s),
+            "status": r.status,
+            "cached_tokens": r.cached_tokens,
+            "prefill_worker": r.prefill_worker,
+            "decode_worker": r.decode_worker,
+        })
+    return rows
 
 
 def nearest_rank(sorted_values: Sequence[float], q: float) -> float:

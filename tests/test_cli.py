@@ -26,7 +26,7 @@ def test_main_command_writes_every_output(tmp_path):
     proc = run_cli("scenarios/disagg.yaml", "--out", str(out), *SMALL)
     assert proc.returncode == 0, proc.stderr
     assert "TTFT ms" in proc.stdout and f"wrote {out}" in proc.stdout
-    assert sorted(os.listdir(out)) == ["latency_cdf.png", "requests.jsonl", "run_info.json",
+    assert sorted(os.listdir(out)) == ["latency_cdf.png", "requests.jsonl", "requests.parquet", "run_info.json",
                                        "scenario.resolved.yaml", "summary.json"]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["requests"] == {"total": 60, "completed": 60, "rejected": 0, "incomplete": 0}

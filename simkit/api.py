@@ -1,0 +1,121 @@
+"""The Python API that notebooks and scripts use, exactly as the CLI does.
+
+``run(scenario, overrides)`` loads (from a YAML path or a dict), overrides, simulates and
+returns a :class:`Result`: the summary, the per-request rows as a pandas DataFrame, the raw
+records and plot helpers; ``Result.save(dir)`` writes the CLI's files and
+:func:`load_result` reads them back (records aside). Layer L6.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Mapping, Optional, Sequence, Union
+
+from simkit.config import Scenario, load_scenario, override, scenario_from_dict, yaml_load
+from simkit.output import write_run
+from simkit.records import RunRecords
+from simkit.report import render_text, request_rows, summarize
+from simkit.request import Request
+from simkit.sim import build
+
+__all__ = ["Result", "load_result", "run"]
+
+
+class Result:
+    """One run: ``scenario``, ``summary`` (dict, as in summary.json), ``requests`` (a pandas
+    DataFrame with one row per request, times in ms) and ``records`` (the raw
+    :class:`~simkit.records.RunRecords`; None for a result loaded from a folder)."""
+
+    def __init__(self, scenario: Scenario, summary: dict, requests, records: Optional[RunRecords] = None,
+                 label: Optional[str] = None) -> None:
+        self.scenario = scenario
+        self.summary = summary
+        self.requests = requests
+        self.records = records
+        self.label = label or scenario.name
+
+    def __repr__(self) -> str:
+        c = self.summary["requests"]
+        return f"<Result {self.label!r}: {c['completed']}/{c['total']} completed>"
+
+    def table(self) -> str:
+        """The terminal summary table."""
+        return render_text(self.summary, title=f"{self.label} ({self.scenario.mode})")
+
+    def plot_cdf(self, *others: "Result", sla: bool = True):
+        """A Figure of TTFT and ITL CDFs of this run, with ``others`` overlaid."""
+        from simkit.plots import latency_cdf
+
+        runs = [(r.label, r.requests) for r in (self, *others)]
+        return latency_cdf(runs, self.scenario.sla if sla else None)
+
+    def save(self, out_dir: str, force: bool = False, plots: bool = True) -> str:
+        """Write the CLI's files (summary.json, requests.jsonl/.parquet, scenario.resolved.yaml,
+        latency_cdf.png, run_info.json) to ``out_dir``; returns it.
+
+        Raises:
+            FileExistsError: ``out_dir`` is not empty and ``force`` is False.
+            ValueError: a loaded result (no records) cannot be saved again.
+        """
+        if self.records is None:
+            raise ValueError("a result loaded from a folder has no records to save")
+        figures = {"latency_cdf": self.plot_cdf()} if plots else {}
+        write_run(out_dir, self.scenario, self.records, self.summary, {"api": True}, figures, force)
+        return out_dir
+
+
+def _scenario(scenario: Union[str, os.PathLike, Mapping, Scenario],
+              overrides: Optional[Mapping[str, Any]]) -> Scenario:
+    if isinstance(scenario, Scenario):
+        base = scenario
+    elif isinstance(scenario, Mapping):
+        base = scenario_from_dict(dict(scenario), source="<dict>")
+    else:
+        return load_scenario(os.fspath(scenario), list((overrides or {}).items()))
+    return override(base, dict(overrides)) if overrides else base
+
+
+def run(scenario: Union[str, os.PathLike, Mapping, Scenario], overrides: Optional[Mapping[str, Any]] = None,
+        requests: Optional[Sequence[Request]] = None, check: bool = False, label: Optional[str] = None,
+        progress: bool = False) -> Result:
+    """Simulate a scenario (a YAML path, a dict or a :class:`Scenario`) with dotted
+    ``overrides`` (``{"pools.decode.workers": 4}``) and return its :class:`Result`.
+
+    Raises:
+        simkit.ConfigError: an invalid scenario or override (one message per problem).
+        simkit.trace.TraceError: the workload's trace file is missing or malformed.
+    """
+    import pandas as pd
+
+    s = _scenario(scenario, overrides)
+    sim = build(s, requests, record_token_times=True)
+    if progress:
+        from simkit.progress import attach_progress
+
+        attach_progress(sim)
+    records = sim.run(check=check)
+    summary = summarize(records, s.sla)
+    return Result(s, summary, pd.DataFrame(request_rows(records)), records, label)
+
+
+def load_result(out_dir: str, label: Optional[str] = None) -> Result:
+    """Read a run folder written by the CLI or :meth:`Result.save` (records are not kept).
+
+    Raises:
+        FileNotFoundError: the folder lacks summary.json or the request rows.
+        simkit.ConfigError: its scenario.resolved.yaml does not load.
+    """
+    import pandas as pd
+
+    with open(os.path.join(out_dir, "summary.json"), encoding="utf-8") as f:
+        summary = json.load(f)
+    path = os.path.join(out_dir, "scenario.resolved.yaml")
+    with open(path, encoding="utf-8") as f:
+        scenario = scenario_from_dict(yaml_load(f.read(), path), source=path)
+    parquet = os.path.join(out_dir, "requests.parquet")
+    if os.path.exists(parquet):
+        frame = pd.read_parquet(parquet)
+    else:
+        frame = pd.read_json(os.path.join(out_dir, "requests.jsonl"), lines=True)
+    return Result(scenario, summary, frame, None, label or os.path.basename(os.path.normpath(out_dir)))

@@ -1,0 +1,68 @@
+"""The Python API (run, Result, load_result), Parquet output and `python -m simkit compare`."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+import simkit
+from simkit.cli import main
+
+from conftest import REPO
+
+SMALL = {"workload.num_requests": 80}
+
+
+def test_run_from_a_path_a_dict_or_a_scenario_gives_the_cli_numbers(tmp_path):
+    path = REPO / "scenarios" / "disagg.yaml"
+    a = simkit.run(path, SMALL)
+    b = simkit.run(simkit.override(simkit.load_scenario(str(path)), SMALL))
+    c = simkit.run(simkit.config.to_dict(b.scenario))
+    assert a.summary == b.summary == c.summary
+    out = tmp_path / "cli"
+    assert main([str(path), "--out", str(out), "--quiet", "--no-plots", "--set", "workload.num_requests=80"]) == 0
+    cli_summary = json.loads((out / "summary.json").read_text())
+    cli_summary.pop("run_digest")
+    assert cli_summary == json.loads(json.dumps(a.summary))
+    assert list(a.requests.columns[:3]) == ["id", "arrival_ms", "input_length"]
+    assert len(a.requests) == 80 and (a.requests["status"] == "completed").all()
+
+
+def test_save_and_load_round_trip_with_parquet(tmp_path):
+    result = simkit.run(REPO / "scenarios" / "agg.yaml", SMALL)
+    out = result.save(str(tmp_path / "r"))
+    loaded = simkit.load_result(out)
+    assert loaded.summary["requests"] == result.summary["requests"]
+    pd.testing.assert_frame_equal(loaded.requests, result.requests)
+    assert loaded.scenario == result.scenario and loaded.records is None
+    jsonl = pd.read_json(tmp_path / "r" / "requests.jsonl", lines=True)
+    assert list(jsonl["id"]) == list(loaded.requests["id"])
+    with pytest.raises(ValueError):
+        loaded.save(str(tmp_path / "again"))
+
+
+def test_bad_override_is_a_config_error():
+    with pytest.raises(simkit.ConfigError) as info:
+        simkit.run(REPO / "scenarios" / "agg.yaml", {"pools.aggregated.workers": 0})
+    assert info.value.messages[0].endswith("'workers' must be > 0: 0 @ $.pools.aggregated.workers")
+
+
+def test_compare_prints_a_table_and_writes_overlaid_cdfs(tmp_path, capsys, monkeypatch):
+    dirs = []
+    for name, scen in (("agg", "agg.yaml"), ("dis", "disagg.yaml")):
+        d = tmp_path / name
+        assert main([str(REPO / "scenarios" / scen), "--out", str(d), "--quiet", "--no-plots",
+                     "--set", "workload.num_requests=80"]) == 0
+        dirs.append(str(d))
+    capsys.readouterr()
+    monkeypatch.chdir(tmp_path)
+    assert main(["compare", *dirs]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split() == ["agg", "dis"]
+    assert out[1].split() == ["completed", "/", "total", "80/80", "80/80"]
+    assert (tmp_path / "compare_cdf.png").stat().st_size > 10_000
+    assert main(["compare", *dirs]) == 2  # the plot exists: refuse without --force
+    assert "exists; choose another --plot or add --force" in capsys.readouterr().err
+    assert main(["compare", str(tmp_path / "nothing")]) == 2
