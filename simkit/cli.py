@@ -1,6 +1,7 @@
 """Command line: ``python -m simkit SCENARIO.yaml [--trace FILE] [--set KEY=VALUE ...]
 [--seed N] [--out DIR] [--force] [--check] [--per-pass] [--no-plots] [--quiet]`` and
-``python -m simkit compare RUN_DIR ... [--plot FILE]``.
+``python -m simkit compare RUN_DIR ... [--plot FILE]`` and ``python -m simkit sweep SCENARIO.yaml
+--grid KEY=V1,V2 ...`` (see :mod:`simkit.sweep`).
 
 Exit codes: 0 success (including a run cut by ``max_sim_time_s``); 2 bad input (scenario, trace,
 arguments, output folder), reported as one line per problem on stderr with no traceback and no
@@ -167,6 +168,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "compare":
         return compare_main(argv[1:])
+    if argv and argv[0] == "sweep":
+        from simkit.sweep import main as sweep_main
+
+        return sweep_main(argv[1:])
     args = _parser().parse_args(argv)
     try:
         overrides = []

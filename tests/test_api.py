@@ -66,3 +66,27 @@ def test_compare_prints_a_table_and_writes_overlaid_cdfs(tmp_path, capsys, monke
     assert main(["compare", *dirs]) == 2  # the plot exists: refuse without --force
     assert "exists; choose another --plot or add --force" in capsys.readouterr().err
     assert main(["compare", str(tmp_path / "nothing")]) == 2
+
+
+def test_sweep_runs_every_combination_in_parallel_with_the_same_results(tmp_path, capsys):
+    out = tmp_path / "sweep"
+    args = ["sweep", str(REPO / "scenarios" / "agg.yaml"), "--grid", "pools.aggregated.workers=1,2",
+            "--grid", "pools.aggregated.max_num_seqs=4,64", "--set", "workload.num_requests=60",
+            "--out", str(out), "--jobs", "2"]
+    assert main(args) == 0
+    table = pd.read_csv(out / "sweep.csv")
+    assert list(table["pools.aggregated.workers"]) == [1, 1, 2, 2]
+    assert list(table["pools.aggregated.max_num_seqs"]) == [4, 64, 4, 64]
+    # run002 (2 workers, max_num_seqs 4) equals the same scenario run on its own
+    alone = simkit.run(REPO / "scenarios" / "agg.yaml", {"workload.num_requests": 60,
+                                                          "pools.aggregated.workers": 2,
+                                                          "pools.aggregated.max_num_seqs": 4})
+    swept = json.loads((out / "run002" / "summary.json").read_text())
+    swept.pop("run_digest")
+    assert swept == json.loads(json.dumps(alone.summary))
+    assert table.loc[2, "ttft_p90_ms"] == pytest.approx(alone.summary["ttft_ms"]["p90"])
+    capsys.readouterr()
+    bad = ["sweep", str(REPO / "scenarios" / "agg.yaml"), "--grid", "pools.aggregated.workers=1,0",
+           "--out", str(tmp_path / "bad")]
+    assert main(bad) == 2 and not (tmp_path / "bad").exists()
+    assert "'workers' must be > 0: 0" in capsys.readouterr().err

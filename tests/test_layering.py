@@ -14,7 +14,7 @@ LAYERS = {
     "probe": 3, "messages": 3, "source": 3, "worker": 3, "link": 3, "router": 3, "collector": 3,
     "sim": 4,
     "report": 5, "plots": 5,
-    "output": 6, "cli": 6, "__main__": 6, "api": 6, "progress": 6,
+    "output": 6, "cli": 6, "__main__": 6, "api": 6, "progress": 6, "sweep": 6,
 }
 ONLY = {"simpy": {3, 4}, "matplotlib": {5}, "cattrs": {1}, "yaml": {1}, "pandas": {5, 6}, "tqdm": {6}}
 ONLY_MODULES = {"matplotlib": {"plots"}, "cattrs": {"config"}, "yaml": {"config"}}
