@@ -50,6 +50,24 @@ class Result:
         runs = [(r.label, r.requests) for r in (self, *others)]
         return latency_cdf(runs, self.scenario.sla if sla else None)
 
+    def plot_passes(self, until_s: Optional[float] = None):
+        """A Figure: per-worker Gantt chart of forward passes (needs ``record_passes``)."""
+        from simkit.plots import pass_timeline
+
+        return pass_timeline(self._records(), until_s)
+
+    def plot_series(self):
+        """A Figure: KV usage, batch size per worker and queue depth over time (needs
+        ``record_passes``)."""
+        from simkit.plots import worker_series
+
+        return worker_series(self._records())
+
+    def _records(self) -> RunRecords:
+        if self.records is None:
+            raise ValueError("a result loaded from a folder has no records")
+        return self.records
+
     def save(self, out_dir: str, force: bool = False, plots: bool = True) -> str:
         """Write the CLI's files (summary.json, requests.jsonl/.parquet, scenario.resolved.yaml,
         latency_cdf.png, run_info.json) to ``out_dir``; returns it.
@@ -78,9 +96,11 @@ def _scenario(scenario: Union[str, os.PathLike, Mapping, Scenario],
 
 def run(scenario: Union[str, os.PathLike, Mapping, Scenario], overrides: Optional[Mapping[str, Any]] = None,
         requests: Optional[Sequence[Request]] = None, check: bool = False, label: Optional[str] = None,
-        progress: bool = False) -> Result:
+        progress: bool = False, record_passes: bool = False) -> Result:
     """Simulate a scenario (a YAML path, a dict or a :class:`Scenario`) with dotted
     ``overrides`` (``{"pools.decode.workers": 4}``) and return its :class:`Result`.
+    ``record_passes`` keeps every forward pass (for :meth:`Result.plot_passes`,
+    :meth:`Result.plot_series` and the saved ``timeline.json``).
 
     Raises:
         simkit.ConfigError: an invalid scenario or override (one message per problem).
@@ -89,7 +109,7 @@ def run(scenario: Union[str, os.PathLike, Mapping, Scenario], overrides: Optiona
     import pandas as pd
 
     s = _scenario(scenario, overrides)
-    sim = build(s, requests, record_token_times=True)
+    sim = build(s, requests, record_token_times=True, record_passes=record_passes)
     if progress:
         from simkit.progress import attach_progress
 

@@ -55,6 +55,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--per-pass", action="store_true",
                    help="step every forward pass as its own SimPy event instead of fast-forwarding "
                         "runs of identical decode passes (same results, slower; for validation)")
+    p.add_argument("--timeline", action="store_true",
+                   help="record every forward pass: write timeline.json (Chrome/Perfetto trace of passes per "
+                        "worker and KV transfers) and a pass-timeline plot; memory grows with the passes")
     p.add_argument("--no-plots", action="store_true", help="do not draw the latency CDF plot")
     p.add_argument("--quiet", action="store_true", help="print only the output folder (and no progress bar)")
     p.add_argument("--version", action="version", version=f"simkit {__version__}")
@@ -191,7 +194,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     wall0 = time.perf_counter()
     try:
         # no output file holds token timelines yet, so they are not recorded
-        sim = build(scenario, record_token_times=False, fast_forward=not args.per_pass)
+        sim = build(scenario, record_token_times=False, fast_forward=not args.per_pass,
+                    record_passes=args.timeline)
     except TraceError as exc:
         return _fail([str(exc)])
     load_s = time.perf_counter() - wall0
@@ -207,6 +211,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from simkit.plots import latency_cdf
 
         figures["latency_cdf"] = latency_cdf([(scenario.name, records)], scenario.sla)
+        if args.timeline:
+            from simkit.plots import pass_timeline, worker_series
+
+            figures["pass_timeline"] = pass_timeline(records)
+            figures["worker_series"] = worker_series(records)
     info = {"simkit_version": __version__, "load_s": load_s, "run_s": run_s, "check": args.check,
             "requests": len(records.requests), "argv": argv}
     try:

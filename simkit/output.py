@@ -3,7 +3,8 @@ place only when complete, so no output folder is ever half-written.
 
 Files: ``requests.parquet`` (the per-request rows as a typed table), ``summary.json`` (with ``run_digest``, a SHA-256 of the resolved scenario and the
 per-request rows, so two runs can be compared at a glance), ``requests.jsonl``,
-``scenario.resolved.yaml``, ``latency_cdf.png`` and ``run_info.json`` (the only file with
+``scenario.resolved.yaml``, ``latency_cdf.png``, ``timeline.json`` (a Chrome/Perfetto trace of
+the passes, when they were recorded) and ``run_info.json`` (the only file with
 wall-clock facts). Layer L6.
 """
 
@@ -29,6 +30,37 @@ def _pandas():
     except ImportError:
         return None
     return pandas
+
+
+def chrome_trace(records: RunRecords) -> dict:
+    """The run as a Chrome/Perfetto trace (open it in ui.perfetto.dev or chrome://tracing):
+    one track per worker with a slice per forward pass (``prefill``, ``decode`` or ``mixed``,
+    with its tokens and KV blocks), and one track per request's KV transfer on the handoff link
+    (from its prefill's end to its arrival at the decode side). Times in microseconds."""
+    events: list[dict] = []
+    pools = {}
+    for p in records.pass_log or ():
+        pid = pools.setdefault(p.pool, len(pools) + 1)
+        kind = "mixed" if p.prefill_tokens and p.decode_requests else ("prefill" if p.prefill_tokens else "decode")
+        events.append({"name": kind, "ph": "X", "pid": pid, "tid": p.worker, "ts": p.start_at * 1e6,
+                       "dur": (p.end_at - p.start_at) * 1e6,
+                       "args": {"prefill_tokens": p.prefill_tokens, "decode_requests": p.decode_requests,
+                                "decode_context_tokens": p.decode_context_tokens, "kv_blocks": p.kv_blocks,
+                                "preempted": p.preempted, "admitted": p.admitted}})
+    link = len(pools) + 1
+    for r in records.requests:
+        if r.handed_off_at is not None and r.prefill_worker is not None:
+            ends = [p.end_at for p in records.pass_log or () if p.pool == "prefill"
+                    and p.worker == r.prefill_worker and p.end_at <= r.handed_off_at]
+            start = max(ends) if ends else r.handed_off_at
+            events.append({"name": f"KV of request {r.rid}", "ph": "X", "pid": link, "tid": r.prefill_worker,
+                           "ts": start * 1e6, "dur": (r.handed_off_at - start) * 1e6,
+                           "args": {"prompt_tokens": r.input_length}})
+    names = [{"name": "process_name", "ph": "M", "pid": pid, "args": {"name": f"{pool} pool"}}
+             for pool, pid in pools.items()]
+    if any(e["pid"] == link for e in events):
+        names.append({"name": "process_name", "ph": "M", "pid": link, "args": {"name": "handoff link"}})
+    return {"traceEvents": names + events, "displayTimeUnit": "ms"}
 
 
 def write_run(out_dir: str, scenario: Scenario, records: RunRecords, summary: dict,
@@ -69,6 +101,9 @@ def write_run(out_dir: str, scenario: Scenario, records: RunRecords, summary: di
         with open(os.path.join(tmp, "run_info.json"), "w", encoding="utf-8") as f:
             json.dump(info, f, indent=2)
             f.write("\n")
+        if records.pass_log is not None:
+            with open(os.path.join(tmp, "timeline.json"), "w", encoding="utf-8") as f:
+                json.dump(chrome_trace(records), f)
         for name, fig in (figures or {}).items():
             fig.savefig(os.path.join(tmp, f"{name}.png"), dpi=110, metadata={"Software": None})
         if os.path.isdir(out_dir):

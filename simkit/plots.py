@@ -60,3 +60,89 @@ def latency_cdf(runs: Sequence[tuple[str, object]], sla: Optional[SlaSpec] = Non
             ax.text(0.5, 0.5, "no completed request has this metric", ha="center", va="center",
                     transform=ax.transAxes)
     return fig
+
+
+_KIND_COLOURS = {"prefill": "tab:blue", "decode": "tab:green", "mixed": "tab:orange"}
+
+
+def _kind(p) -> str:
+    if p.prefill_tokens and p.decode_requests:
+        return "mixed"
+    return "prefill" if p.prefill_tokens else "decode"
+
+
+def _workers(pass_log) -> list[tuple[str, int]]:
+    return list(dict.fromkeys((p.pool, p.worker) for p in pass_log))
+
+
+def pass_timeline(records: RunRecords, until_s: Optional[float] = None):
+    """A Gantt chart of forward passes: one row per worker, a bar per pass coloured by kind
+    (prefill only, decode only, mixed), up to ``until_s``. Needs ``record_passes``.
+
+    Raises:
+        ValueError: the run did not record passes.
+    """
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Patch
+
+    if records.pass_log is None:
+        raise ValueError("this run has no pass records: simulate with record_passes=True")
+    workers = _workers(records.pass_log)
+    fig = Figure(figsize=(10, 0.6 * len(workers) + 1.5), layout="constrained")
+    ax = fig.subplots()
+    for row, (pool, worker) in enumerate(workers):
+        bars = {"prefill": [], "decode": [], "mixed": []}
+        for p in records.pass_log:
+            if (p.pool, p.worker) == (pool, worker) and (until_s is None or p.start_at <= until_s):
+                bars[_kind(p)].append((p.start_at, p.end_at - p.start_at))
+        for kind, spans in bars.items():
+            if spans:
+                ax.broken_barh(spans, (row - 0.4, 0.8), facecolors=_KIND_COLOURS[kind], edgecolor="white",
+                               linewidth=0.3)
+    ax.set_yticks(range(len(workers)), [f"{pool}/{w}" for pool, w in workers])
+    ax.set_xlabel("simulated time (s)")
+    ax.invert_yaxis()
+    ax.legend(handles=[Patch(color=c, label=k) for k, c in _KIND_COLOURS.items()], loc="upper right",
+              fontsize="small", ncols=3)
+    return fig
+
+
+def worker_series(records: RunRecords):
+    """Time series per worker: KV blocks in use and requests in the batch, from the pass
+    records; and the router-to-admission queue depth (requests arrived but not yet admitted
+    by a prompt worker), from the request records. Needs ``record_passes``.
+
+    Raises:
+        ValueError: the run did not record passes.
+    """
+    from matplotlib.figure import Figure
+
+    if records.pass_log is None:
+        raise ValueError("this run has no pass records: simulate with record_passes=True")
+    fig = Figure(figsize=(10, 7), layout="constrained")
+    ax_kv, ax_batch, ax_queue = fig.subplots(3, 1, sharex=True)
+    for pool, worker in _workers(records.pass_log):
+        mine = [p for p in records.pass_log if (p.pool, p.worker) == (pool, worker)]
+        t = [p.start_at for p in mine]
+        ax_kv.step(t, [p.kv_blocks for p in mine], where="post", label=f"{pool}/{worker}")
+        ax_batch.step(t, [p.decode_requests + (1 if p.prefill_tokens else 0) for p in mine], where="post",
+                      label=f"{pool}/{worker}")
+    # at equal times the arrival counts before the admission (sort key -change: +1 first)
+    events = sorted([(r.arrived_at, 1) for r in records.requests if r.arrived_at is not None]
+                    + [(r.first_admitted_at, -1) for r in records.requests if r.first_admitted_at is not None],
+                    key=lambda e: (e[0], -e[1]))
+    depth, xs, ys = 0, [], []
+    for at, change in events:
+        depth += change
+        xs.append(at)
+        ys.append(depth)
+    ax_queue.step(xs, ys, where="post", color="k")
+    ax_kv.set_ylabel("KV blocks in use")
+    ax_batch.set_ylabel("requests in pass")
+    ax_queue.set_ylabel("queued requests")
+    ax_queue.set_xlabel("simulated time (s)")
+    for ax in (ax_kv, ax_batch, ax_queue):
+        ax.grid(True, alpha=0.3)
+    if len(_workers(records.pass_log)) <= 12:
+        ax_kv.legend(fontsize="small", ncols=4)
+    return fig

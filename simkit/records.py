@@ -66,6 +66,26 @@ class RequestRecord:
         return self.first_admitted_at - self.arrived_at
 
 
+@frozen(slots=True)
+class PassRecord:
+    """One forward pass of one worker: when it ran and what it held.
+
+    ``kv_blocks`` is the worker's KV blocks in use during the pass (after its allocations);
+    ``preempted`` and ``admitted`` count requests preempted and newly admitted at its start.
+    """
+
+    pool: str
+    worker: int
+    start_at: float
+    end_at: float
+    prefill_tokens: int
+    decode_requests: int
+    decode_context_tokens: int
+    kv_blocks: int
+    preempted: int
+    admitted: int
+
+
 @frozen
 class RunRecords:
     """Everything a run produced.
@@ -83,6 +103,7 @@ class RunRecords:
             (``max_sim_time_s``), ``stuck`` (the liveness guard fired or nothing could move),
             ``interrupted`` (Ctrl-C) or ``check_failed`` (an invariant broke under ``--check``).
         stop_detail: the diagnostic for the last three.
+        pass_log: every forward pass (:class:`PassRecord`, by worker then time), when asked for.
     """
 
     requests: tuple[RequestRecord, ...]
@@ -94,3 +115,4 @@ class RunRecords:
     token_times: Optional[tuple] = None
     stop_reason: str = "completed"
     stop_detail: Optional[str] = None
+    pass_log: Optional[tuple] = None

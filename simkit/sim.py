@@ -15,6 +15,7 @@ from typing import Optional, Sequence
 
 import simpy
 
+import attrs
 from simpy.core import EmptySchedule
 
 from simkit.collector import Collector, InvariantError
@@ -36,7 +37,8 @@ class Simulation:
     """A wired, not yet run, simulation (see :func:`build`)."""
 
     def __init__(self, scenario: Scenario, requests: Sequence[Request],
-                 record_token_times: bool = True, fast_forward: bool = True) -> None:
+                 record_token_times: bool = True, fast_forward: bool = True,
+                 record_passes: bool = False) -> None:
         rids = [r.rid for r in requests]
         if sorted(rids) != list(range(len(rids))):
             raise ValueError("request ids must be 0..N-1, each once")
@@ -58,7 +60,8 @@ class Simulation:
             sink = self.link.send if name == "prefill" else None
             self.pools[name] = [
                 Worker(env, name, wid, name, spec, latency, probe, handoff=sink, rank=rank + wid,
-                       fast_forward=fast_forward, horizon=scenario.max_sim_time_s)
+                       fast_forward=fast_forward, horizon=scenario.max_sim_time_s,
+                       record_passes=record_passes)
                 for wid in range(spec.workers)
             ]
             rank += spec.workers
@@ -114,7 +117,11 @@ class Simulation:
         end_at = env.now
         worker_seconds = {name: len(ws) * end_at for name, ws in self.pools.items()}
         passes = {name: sum(w.passes for w in ws) for name, ws in self.pools.items()}
-        return self.collector.finalize(end_at, worker_seconds, passes, reason, detail)
+        records = self.collector.finalize(end_at, worker_seconds, passes, reason, detail)
+        workers = [w for ws in self.pools.values() for w in ws]
+        if workers and workers[0].pass_log is not None:
+            records = attrs.evolve(records, pass_log=tuple(p for w in workers for p in w.pass_log))
+        return records
 
     def _run_checked(self, done, cap: Optional[float]) -> None:
         env = self.env
@@ -170,11 +177,14 @@ class Simulation:
 
 
 def build(scenario: Scenario, requests: Optional[Sequence[Request]] = None,
-          record_token_times: bool = True, fast_forward: bool = True) -> Simulation:
+          record_token_times: bool = True, fast_forward: bool = True,
+          record_passes: bool = False) -> Simulation:
     """Wire a simulation of ``scenario``; ``requests`` default to its workload.
 
     ``fast_forward`` runs stretches of identical pure-decode passes as one SimPy timeout; the
     records are exactly those of pass-by-pass stepping (``fast_forward=False``), only faster.
+    ``record_passes`` keeps a :class:`~simkit.records.PassRecord` per forward pass (memory grows
+    with the passes: for small runs, timelines and teaching).
 
     Raises:
         simkit.trace.TraceError: the scenario's trace file is missing or malformed.
@@ -182,14 +192,14 @@ def build(scenario: Scenario, requests: Optional[Sequence[Request]] = None,
     """
     if requests is None:
         requests = load_workload(scenario.workload, scenario.seed)
-    return Simulation(scenario, requests, record_token_times, fast_forward)
+    return Simulation(scenario, requests, record_token_times, fast_forward, record_passes)
 
 
 def simulate(scenario: Scenario, requests: Optional[Sequence[Request]] = None,
              record_token_times: bool = True, fast_forward: bool = True,
-             check: bool = False) -> RunRecords:
+             check: bool = False, record_passes: bool = False) -> RunRecords:
     """Build and run ``scenario`` (on ``requests`` if given); return its records.
 
     ``check`` asserts conservation of requests and KV blocks at every settled instant (slower).
     """
-    return build(scenario, requests, record_token_times, fast_forward).run(check=check)
+    return build(scenario, requests, record_token_times, fast_forward, record_passes).run(check=check)

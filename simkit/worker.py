@@ -30,6 +30,7 @@ from simkit.config import PoolSpec
 from simkit.engine import LatencyModel
 from simkit.messages import Handoff, Inbox, Released
 from simkit.probe import COMPLETED, REJECTED, Probe
+from simkit.records import PassRecord
 from simkit.request import Request
 from simkit.scheduler import Seq, VllmScheduler
 
@@ -69,7 +70,8 @@ class Worker:
 
     def __init__(self, env: simpy.Environment, pool: str, wid: int, role: str, spec: PoolSpec,
                  latency: LatencyModel, probe: Probe, handoff: Optional[HandoffSink] = None,
-                 rank: int = 0, fast_forward: bool = True, horizon: Optional[float] = None) -> None:
+                 rank: int = 0, fast_forward: bool = True, horizon: Optional[float] = None,
+                 record_passes: bool = False) -> None:
         if role == "prefill" and handoff is None:
             raise ValueError("a prefill worker needs a handoff sink")
         self.env = env
@@ -88,11 +90,28 @@ class Worker:
         self.passes = 0
         self.busy_s = 0.0
         self.stalled = 0  #: passes in a row without a token or a finished prompt
+        #: PassRecord rows of this worker's passes, when recording
+        self.pass_log: Optional[list] = [] if record_passes else None
         #: a message taken from the inbox during a fast-forwarded run, accepted at its pass end
         self.in_hand = None
 
     def start(self) -> simpy.Process:
         return self.env.process(self.serve())
+
+    def _log_run(self, batch, ends: list, start: float) -> None:
+        """Pass records of a fast-forwarded run, equal to those pass-by-pass stepping makes:
+        pass i's KV is what its own allocation would hold (blocks for computed + i tokens)."""
+        bs = self.sched.block_size
+        used0 = self.sched.kv.used_blocks  # after the first pass's allocation
+        seqs = [seq for seq, _, _ in batch.entries]
+        first = [-(-(seq.computed + 1) // bs) for seq in seqs]
+        n_req, ctx = batch.decode_requests, batch.decode_context_tokens
+        prev = start
+        for i, end in enumerate(ends):
+            used = used0 + sum(max(0, -(-(seq.computed + i + 1) // bs) - b) for seq, b in zip(seqs, first))
+            self.pass_log.append(PassRecord(self.pool, self.wid, prev, end, 0, n_req, ctx + i * n_req, used,
+                                            0, 0))
+            prev = end
 
     @property
     def name(self) -> str:
@@ -154,9 +173,14 @@ class Worker:
                 if k > 1:
                     yield from self._decode_run(batch, k)
                     continue
+            kv_blocks = sched.kv.used_blocks
             yield env.timeout(dt)
             self.passes += 1
             self.busy_s += dt
+            if self.pass_log is not None:  # logged once complete, like the pass count
+                self.pass_log.append(PassRecord(
+                    pool, wid, now, env.now, batch.prefill_tokens, batch.decode_requests,
+                    batch.decode_context_tokens, kv_blocks, len(batch.preempted), len(batch.admitted)))
             emitted, finished, prefilled = sched.complete(batch)
             if emitted or finished or prefilled:
                 self.stalled = 0
@@ -191,6 +215,7 @@ class Worker:
         env, sched = self.env, self.sched
         n_req, ctx = batch.decode_requests, batch.decode_context_tokens
         horizon = self.horizon
+        start = env.now
         dts: list = []
         ends: list = []
         msg = None
@@ -224,6 +249,8 @@ class Worker:
                 yield env.timeout_at(ends[n - 1])
         self.passes += n
         self.busy_s += sum(dts[:n])
+        if self.pass_log is not None:
+            self._log_run(batch, ends[:n], start)
         rids, finished = sched.complete_decode_run(batch, n)
         self.probe.token_run(rids, ends[:n])
         now = env.now

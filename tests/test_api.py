@@ -90,3 +90,28 @@ def test_sweep_runs_every_combination_in_parallel_with_the_same_results(tmp_path
            "--out", str(tmp_path / "bad")]
     assert main(bad) == 2 and not (tmp_path / "bad").exists()
     assert "'workers' must be > 0: 0" in capsys.readouterr().err
+
+
+def test_timeline_flag_writes_a_chrome_trace_and_pass_plots(tmp_path):
+    out = tmp_path / "tl"
+    assert main([str(REPO / "scenarios" / "disagg.yaml"), "--timeline", "--out", str(out), "--quiet",
+                 "--set", "workload.num_requests=40"]) == 0
+    trace = json.loads((out / "timeline.json").read_text())
+    names = {e["args"]["name"] for e in trace["traceEvents"] if e["ph"] == "M"}
+    assert names == {"prefill pool", "decode pool", "handoff link"}
+    passes = [e for e in trace["traceEvents"] if e["ph"] == "X" and e["name"] in ("prefill", "decode", "mixed")]
+    summary = json.loads((out / "summary.json").read_text())
+    assert len(passes) == sum(summary["passes"].values())
+    transfers = [e for e in trace["traceEvents"] if e["name"].startswith("KV of request")]
+    assert len(transfers) == 40 and all(e["dur"] > 0 for e in transfers)  # a 25 GB/s link takes time
+    for name in ("pass_timeline.png", "worker_series.png"):
+        assert (out / name).stat().st_size > 10_000
+
+
+def test_pass_records_are_needed_for_pass_plots():
+    result = simkit.run(REPO / "scenarios" / "agg.yaml", {"workload.num_requests": 20})
+    with pytest.raises(ValueError, match="record_passes=True"):
+        result.plot_passes()
+    result = simkit.run(REPO / "scenarios" / "agg.yaml", {"workload.num_requests": 20}, record_passes=True)
+    assert len(result.records.pass_log) == sum(result.summary["passes"].values())
+    assert result.plot_passes() is not None and result.plot_series() is not None
