@@ -146,3 +146,34 @@ def worker_series(records: RunRecords):
     if len(_workers(records.pass_log)) <= 12:
         ax_kv.legend(fontsize="small", ncols=4)
     return fig
+
+
+def pareto(table, knobs: Sequence[str]):
+    """Sweep trade-off: output tokens/s per GPU against p90 TTFT, one point per finished run
+    labelled with its knob values; the Pareto-optimal points (no other run is both faster and
+    more productive) are joined by a line. ``table`` is a sweep table (:mod:`simkit.sweep`)."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(8, 5), layout="constrained")
+    ax = fig.subplots()
+    ok = table[(table["status"] == "ok") & table["ttft_p90_ms"].notna()
+               & table["output_tokens_per_s_per_gpu"].notna()]
+    xs, ys = ok["ttft_p90_ms"].to_numpy(float), ok["output_tokens_per_s_per_gpu"].to_numpy(float)
+    ax.scatter(xs, ys, color="tab:blue")
+    for x, y, (_, row) in zip(xs, ys, ok.iterrows()):
+        ax.annotate(", ".join(f"{'.'.join(k.split('.')[-2:])}={row[k]}" for k in knobs), (x, y), fontsize=7,
+                    xytext=(4, 4), textcoords="offset points")
+    front, best = [], -np.inf
+    for x, y in sorted(zip(xs, ys), key=lambda p: (p[0], -p[1])):
+        if y > best:
+            front.append((x, y))
+            best = y
+    if front:
+        ax.plot(*zip(*front), color="tab:orange", linewidth=1, label="Pareto front")
+        ax.legend(loc="lower right", fontsize="small")
+    ax.set_xlabel("TTFT p90 (ms)")
+    ax.set_ylabel("output tokens/s per GPU")
+    ax.grid(True, alpha=0.3)
+    if not len(ok):
+        ax.text(0.5, 0.5, "no run finished", ha="center", va="center", transform=ax.transAxes)
+    return fig

@@ -1,12 +1,14 @@
 """Parameter sweeps: every combination of ``--grid`` values, run in parallel.
 
 ``python -m simkit sweep SCENARIO.yaml --grid KEY=V1,V2,... [--grid ...] [--set ...]
-[--out DIR] [--jobs N | --dask ADDRESS]`` validates every combination first (one bad value
-fails the whole sweep before anything runs), then runs them on local worker processes (default:
-one per core) or on a Dask cluster, writes each run's usual folder under ``DIR/runNNN`` and a
-``sweep.csv`` / ``sweep.parquet`` table (one row per run: the swept values, then the headline
-metrics), and prints the table. Results do not depend on where or in which order runs execute.
-Layer L6.
+[--out DIR] [--jobs N | --scheduler ADDRESS]`` runs every combination on local worker processes
+(default: one per core) or on a Dask cluster, writes each run's usual folder under
+``DIR/runNNN``, a ``sweep.csv`` / ``sweep.parquet`` table (one row per run: the swept values,
+``status`` and ``error``, then the headline metrics) and ``pareto.png`` (output tokens/s per
+GPU against p90 TTFT), and prints the table. A point that fails (an invalid value, a trace
+error, a stuck run) is recorded as failed with its error and the rest complete; the exit code
+is then 1. Results do not depend on where or in which order runs execute. GPUs per worker are 1
+until tensor parallelism is modelled. Layer L6.
 """
 
 from __future__ import annotations
@@ -58,16 +60,29 @@ def combinations(grid: list[tuple[str, list[Any]]]) -> list[dict[str, Any]]:
 
 
 def _run_one(scenario_path: str, overrides: list, out_dir: str) -> dict:
-    """Run one combination in this process and write its folder; returns its summary."""
+    """Run one combination in this process and write its folder.
+
+    Returns ``{"status": "ok"|"failed", "error": str|None, "summary": dict|None, "gpus": int}``;
+    never raises for a bad point (its error is the message).
+    """
     from simkit.output import write_run
     from simkit.report import summarize
     from simkit.sim import build
+    from simkit.trace import TraceError
 
-    scenario = load_scenario(scenario_path, overrides)
-    records = build(scenario, record_token_times=False).run()
+    try:
+        scenario = load_scenario(scenario_path, overrides)
+        records = build(scenario, record_token_times=False).run()
+    except ConfigError as exc:
+        return {"status": "failed", "error": "; ".join(m.removeprefix("--set ") for m in exc.messages),
+                "summary": None, "gpus": None}
+    except TraceError as exc:
+        return {"status": "failed", "error": str(exc), "summary": None, "gpus": None}
     summary = summarize(records, scenario.sla)
     write_run(out_dir, scenario, records, summary, {"sweep": True}, figures={}, force=True)
-    return summary
+    failed = records.stop_reason in ("stuck", "check_failed")
+    return {"status": "failed" if failed else "ok", "error": records.stop_detail if failed else None,
+            "summary": summary, "gpus": sum(spec.workers for _, spec in scenario.pools.named())}
 
 
 def _get(summary: dict, path: tuple) -> Any:
@@ -93,7 +108,7 @@ def main(argv: Sequence[str]) -> int:
     group = p.add_mutually_exclusive_group()
     group.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
                        help="local worker processes (default: one per core)")
-    group.add_argument("--dask", metavar="ADDRESS", help="run on this Dask scheduler (tcp://host:8786)")
+    group.add_argument("--scheduler", metavar="ADDRESS", help="run on this Dask scheduler (tcp://host:8786)")
     args = p.parse_args(argv)
     if args.jobs < 1:
         return _fail([f"--jobs {args.jobs}: expected at least 1"])
@@ -102,8 +117,6 @@ def main(argv: Sequence[str]) -> int:
         common = parse_overrides(args.overrides)
         combos = combinations(grid)
         base = load_scenario(args.scenario, common)
-        for combo in combos:  # validate every run before starting any
-            load_scenario(args.scenario, common + list(combo.items()))
     except ConfigError as exc:
         return _fail(exc.messages)
     import time
@@ -117,27 +130,46 @@ def main(argv: Sequence[str]) -> int:
     jobs = [(scenario_path, common + list(combo.items()), os.path.join(out, f"run{i:03d}"))
             for i, combo in enumerate(combos)]
     try:
-        summaries = _execute(jobs, args.jobs, args.dask)
+        outcomes = _execute(jobs, args.jobs, args.scheduler)
     except ImportError:
-        return _fail(["--dask needs the 'distributed' package: pip install 'dask[distributed]'"])
+        return _fail(["--scheduler needs the 'distributed' package: pip install 'dask[distributed]'"])
+    except OSError as exc:
+        return _fail([f"--scheduler {args.scheduler}: cannot reach the Dask scheduler ({exc})"])
     except KeyboardInterrupt:
         print(f"simkit: sweep interrupted; finished runs are in {out}", file=sys.stderr)
         return 130
     import pandas as pd
 
-    rows = []
-    for i, (combo, summary) in enumerate(zip(combos, summaries)):
-        row = {"run": f"run{i:03d}"}
-        row.update({k: str(v) if isinstance(v, (dict, list)) else v for k, v in combo.items()})
-        row.update({name: _get(summary, path) for name, path in COLUMNS})
-        rows.append(row)
-    table = pd.DataFrame(rows)
+    table = sweep_table(combos, outcomes)
     table.to_csv(os.path.join(out, "sweep.csv"), index=False)
     table.to_parquet(os.path.join(out, "sweep.parquet"), index=False)
-    with pd.option_context("display.width", 200, "display.max_columns", 30):
+    from simkit.plots import pareto
+
+    pareto(table, [k for k, _ in grid]).savefig(os.path.join(out, "pareto.png"), dpi=110,
+                                                metadata={"Software": None})
+    with pd.option_context("display.width", 200, "display.max_columns", 30, "display.max_colwidth", 60):
         print(table.to_string(index=False, float_format=lambda x: f"{x:.2f}"))
-    print(f"wrote {out} ({len(rows)} runs, sweep.csv)")
-    return 0
+    failed = int((table["status"] != "ok").sum())
+    print(f"wrote {out} ({len(table)} runs, {failed} failed; sweep.csv, pareto.png)")
+    return 1 if failed else 0
+
+
+def sweep_table(combos: list[dict], outcomes: list[dict]):
+    """One row per run: ``run``, the swept values, ``status``, ``error``, the headline metrics
+    and ``output_tokens_per_s_per_gpu``."""
+    import pandas as pd
+
+    rows = []
+    for i, (combo, outcome) in enumerate(zip(combos, outcomes)):
+        row = {"run": f"run{i:03d}"}
+        row.update({k: str(v) if isinstance(v, (dict, list)) else v for k, v in combo.items()})
+        row.update(status=outcome["status"], error=outcome["error"])
+        summary = outcome["summary"] or {}
+        row.update({name: _get(summary, path) for name, path in COLUMNS})
+        tokens, gpus = row["output_tokens_per_s"], outcome["gpus"]
+        row["output_tokens_per_s_per_gpu"] = tokens / gpus if tokens is not None and gpus else None
+        rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def _execute(jobs: list, n_jobs: int, dask_address: Optional[str]) -> list[dict]:

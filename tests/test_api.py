@@ -85,11 +85,32 @@ def test_sweep_runs_every_combination_in_parallel_with_the_same_results(tmp_path
     swept.pop("run_digest")
     assert swept == json.loads(json.dumps(alone.summary))
     assert table.loc[2, "ttft_p90_ms"] == pytest.approx(alone.summary["ttft_ms"]["p90"])
-    capsys.readouterr()
+    assert (out / "pareto.png").stat().st_size > 10_000
+    # a failing point is recorded with its error; the others complete; exit code 1
     bad = ["sweep", str(REPO / "scenarios" / "agg.yaml"), "--grid", "pools.aggregated.workers=1,0",
-           "--out", str(tmp_path / "bad")]
-    assert main(bad) == 2 and not (tmp_path / "bad").exists()
-    assert "'workers' must be > 0: 0" in capsys.readouterr().err
+           "--set", "workload.num_requests=30", "--out", str(tmp_path / "bad"), "--jobs", "1"]
+    assert main(bad) == 1
+    table = pd.read_csv(tmp_path / "bad" / "sweep.csv")
+    assert list(table["status"]) == ["ok", "failed"]
+    assert table.loc[1, "error"] == ("pools.aggregated.workers: 'workers' must be > 0: 0 "
+                                     "@ $.pools.aggregated.workers")
+    assert table.loc[0, "completed"] == 30
+
+
+def test_sweep_of_12_points_is_identical_on_local_processes_and_a_dask_cluster(tmp_path):
+    distributed = pytest.importorskip("distributed")
+    args = [str(REPO / "scenarios" / "disagg.yaml"), "--grid", "pools.prefill.workers=1,2",
+            "--grid", "pools.decode.workers=1,2,3", "--grid", "link.bandwidth_gb_per_s=10,50",
+            "--set", "workload.num_requests=60"]
+    assert main(["sweep", *args, "--out", str(tmp_path / "local"), "--jobs", "2"]) == 0
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster:
+        assert main(["sweep", *args, "--out", str(tmp_path / "dask"),
+                     "--scheduler", cluster.scheduler_address]) == 0
+    local = pd.read_parquet(tmp_path / "local" / "sweep.parquet")
+    remote = pd.read_parquet(tmp_path / "dask" / "sweep.parquet")
+    assert len(local) == 12 and (local["status"] == "ok").all()
+    pd.testing.assert_frame_equal(local, remote)
 
 
 def test_timeline_flag_writes_a_chrome_trace_and_pass_plots(tmp_path):
