@@ -435,7 +435,35 @@ class RoundRobinRouter:
     kind: Literal["round_robin"] = "round_robin"
 
 
-RouterSpec = Union[RoundRobinRouter]
+@frozen
+class LeastLoadedRouter:
+    """The worker with the fewest active KV blocks (decode load), then the fewest queued
+    prefill tokens, then the lowest index."""
+
+    kind: Literal["least_loaded"] = "least_loaded"
+
+
+@frozen
+class KvAwareRouter:
+    """KV-aware routing (REFERENCE.md s6): cost(w) = ``overlap_weight`` * (prompt blocks not
+    cached on w) + (KV blocks in use on w); the lowest cost wins, ties broken by the seeded
+    ``router`` random stream. With ``temperature`` > 0 a worker is drawn with probability
+    proportional to exp(-cost / (temperature * mean cost)) instead (softmax)."""
+
+    kind: Literal["kv_aware"] = "kv_aware"
+    overlap_weight: float = field(default=1.0, validator=_nonneg)
+    temperature: float = field(default=0.0, validator=_nonneg)
+
+
+@frozen
+class SessionAffinityRouter:
+    """Requests of a session go to the worker that served its previous request; a session's
+    first request (and a request without a session) goes to the least loaded worker."""
+
+    kind: Literal["session_affinity"] = "session_affinity"
+
+
+RouterSpec = Union[RoundRobinRouter, LeastLoadedRouter, KvAwareRouter, SessionAffinityRouter]
 
 
 @frozen
@@ -496,7 +524,8 @@ _UNIONS: dict[Any, dict[str, type]] = {
                   "piecewise": PiecewiseArrival, "diurnal": DiurnalArrival},
     WorkloadSpec: {"synthetic": SyntheticWorkload, "trace": TraceWorkload},
     LatencySpec: {"polynomial": PolynomialLatency, "constant": ConstantLatency},
-    RouterSpec: {"round_robin": RoundRobinRouter},
+    RouterSpec: {"round_robin": RoundRobinRouter, "least_loaded": LeastLoadedRouter,
+                 "kv_aware": KvAwareRouter, "session_affinity": SessionAffinityRouter},
 }
 
 

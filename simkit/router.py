@@ -2,54 +2,145 @@
 
 ``dispatch_new`` takes requests from the router queue (a ``Store``) and puts each on the
 inbox of the prefill (or aggregated) worker its policy picks; ``dispatch_handoff`` does the
-same for requests whose KV reached the decode side. Layer L3.
+same, with its own policy object, for requests whose KV reached the decode side. Policies read
+read-only snapshots of the workers (:class:`Routable`): KV blocks in use, queued prefill
+tokens and prompt blocks cached; ties are broken by a seeded random stream, so runs replay.
+Layer L3.
 """
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+import math
+import random
+from typing import Optional, Protocol, Sequence
 
 import simpy
 
-from simkit.config import RoundRobinRouter, RouterSpec
+from simkit.config import (
+    KvAwareRouter,
+    LeastLoadedRouter,
+    RoundRobinRouter,
+    RouterSpec,
+    SessionAffinityRouter,
+)
 from simkit.probe import Probe
+
+
+class Routable(Protocol):
+    """What a routing policy may read of a worker (never change)."""
+
+    wid: int
+
+    @property
+    def kv_blocks_in_use(self) -> int: ...
+
+    @property
+    def queued_prefill_tokens(self) -> int: ...
+
+    def cached_prompt_blocks(self, request) -> tuple[int, int]:
+        """(prompt blocks of ``request`` already cached here, its prompt blocks)."""
+        ...
 
 
 class RoundRobin:
     """Request i goes to worker i mod N (deterministic, REFERENCE.md section 6)."""
 
-    def __init__(self) -> None:
+    def __init__(self, spec: RoundRobinRouter, rng: random.Random) -> None:
         self.count = 0
 
-    def pick(self, workers: Sequence):
+    def pick(self, request, workers: Sequence[Routable]):
         worker = workers[self.count % len(workers)]
         self.count += 1
         return worker
 
 
-ROUTING_POLICIES = {RoundRobinRouter: RoundRobin}
+def _load(w: Routable) -> tuple[int, int, int]:
+    return (w.kv_blocks_in_use, w.queued_prefill_tokens, w.wid)
 
 
-def make_policy(spec: RouterSpec):
+class LeastLoaded:
+    """Fewest KV blocks in use, then fewest queued prefill tokens, then lowest index."""
+
+    def __init__(self, spec: LeastLoadedRouter, rng: random.Random) -> None:
+        pass
+
+    def pick(self, request, workers: Sequence[Routable]):
+        return min(workers, key=_load)
+
+
+class KvAware:
+    """cost = overlap_weight * uncached prompt blocks + KV blocks in use; lowest wins (seeded
+    ties) or, with a temperature, a softmax draw."""
+
+    def __init__(self, spec: KvAwareRouter, rng: random.Random) -> None:
+        self.weight = spec.overlap_weight
+        self.temperature = spec.temperature
+        self.rng = rng
+
+    def costs(self, request, workers: Sequence[Routable]) -> list[float]:
+        out = []
+        for w in workers:
+            cached, total = w.cached_prompt_blocks(request)
+            out.append(self.weight * (total - cached) + w.kv_blocks_in_use)
+        return out
+
+    def pick(self, request, workers: Sequence[Routable]):
+        costs = self.costs(request, workers)
+        if self.temperature > 0:
+            scale = self.temperature * max(sum(costs) / len(costs), 1.0)
+            low = min(costs)
+            weights = [math.exp(-(c - low) / scale) for c in costs]
+            return self.rng.choices(list(workers), weights=weights)[0]
+        low = min(costs)
+        tied = [w for w, c in zip(workers, costs) if c == low]
+        return tied[0] if len(tied) == 1 else self.rng.choice(tied)
+
+
+class SessionAffinity:
+    """A session sticks to the worker that served its previous request; others: least loaded."""
+
+    def __init__(self, spec: SessionAffinityRouter, rng: random.Random) -> None:
+        self.home: dict = {}
+
+    def pick(self, request, workers: Sequence[Routable]):
+        session = getattr(request, "session", None)
+        if session is not None and session in self.home:
+            wid = self.home[session]
+            for w in workers:
+                if w.wid == wid:
+                    return w
+        worker = min(workers, key=_load)
+        if session is not None:
+            self.home[session] = worker.wid
+        return worker
+
+
+ROUTING_POLICIES = {RoundRobinRouter: RoundRobin, LeastLoadedRouter: LeastLoaded, KvAwareRouter: KvAware,
+                    SessionAffinityRouter: SessionAffinity}
+
+
+def make_policy(spec: RouterSpec, rng: Optional[random.Random] = None):
     """A fresh policy object for ``spec`` (one per routing decision point)."""
-    return ROUTING_POLICIES[type(spec)]()
+    return ROUTING_POLICIES[type(spec)](spec, rng or random.Random(0))
 
 
 class Router:
     """Dispatches from ``router_queue`` to ``entry_workers`` and, in disaggregated mode, from
-    ``handoff_queue`` to ``decode_workers``."""
+    ``handoff_queue`` to ``decode_workers``. ``rngs`` are the seeded streams of the entry and
+    decode policies."""
 
     def __init__(self, env: simpy.Environment, spec: RouterSpec, router_queue: simpy.Store,
                  entry_workers: Sequence, probe: Probe,
                  handoff_queue: Optional[simpy.Store] = None,
-                 decode_workers: Optional[Sequence] = None) -> None:
+                 decode_workers: Optional[Sequence] = None,
+                 rngs: tuple[random.Random, random.Random] = (random.Random(0), random.Random(1))) -> None:
         self.env = env
         self.router_queue = router_queue
         self.entry_workers = entry_workers
         self.handoff_queue = handoff_queue
         self.decode_workers = decode_workers
-        self.entry_policy = make_policy(spec)
-        self.decode_policy = make_policy(spec)
+        self.entry_policy = make_policy(spec, rngs[0])
+        self.decode_policy = make_policy(spec, rngs[1])
 
     def start(self) -> list:
         procs = [self.env.process(self.dispatch_new())]
@@ -61,10 +152,10 @@ class Router:
         """Yields: ``router_queue.get()`` for each request."""
         while True:
             request = yield self.router_queue.get()
-            self.entry_policy.pick(self.entry_workers).inbox.put(request)
+            self.entry_policy.pick(request, self.entry_workers).inbox.put(request)
 
     def dispatch_handoff(self):
         """Yields: ``handoff_queue.get()`` for each transferred request (a ``Handoff``)."""
         while True:
             handoff = yield self.handoff_queue.get()
-            self.decode_policy.pick(self.decode_workers).inbox.put(handoff)
+            self.decode_policy.pick(handoff.request, self.decode_workers).inbox.put(handoff)

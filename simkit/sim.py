@@ -25,6 +25,7 @@ from simkit.link import KvLink
 from simkit.messages import Environment, Released
 from simkit.records import RunRecords
 from simkit.request import Request
+from simkit.rng import RngStreams
 from simkit.router import Router
 from simkit.source import Source
 from simkit.trace import load_workload
@@ -66,8 +67,10 @@ class Simulation:
             ]
             rank += spec.workers
         entry = self.pools["aggregated" if scenario.mode == "aggregated" else "prefill"]
+        streams = RngStreams(scenario.seed)
         self.router = Router(env, scenario.router, self.router_queue, entry, probe,
-                             handoff_queue=handoff_queue, decode_workers=self.pools.get("decode"))
+                             handoff_queue=handoff_queue, decode_workers=self.pools.get("decode"),
+                             rngs=(streams.get("router"), streams.get("router_decode")))
         max_in_flight = getattr(scenario.workload, "max_in_flight", None)
         self.source = Source(env, requests, self.router_queue, probe, max_in_flight)
         self.collector.listeners.append(self.source.ended)

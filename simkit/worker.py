@@ -113,6 +113,32 @@ class Worker:
                                             0, 0))
             prev = end
 
+    # ------------------------------------------------------------------ read-only snapshot
+    # (what routing policies may read; see simkit.router.Routable)
+
+    @property
+    def kv_blocks_in_use(self) -> int:
+        """KV blocks held by requests on this worker now."""
+        return self.sched.kv.used_blocks
+
+    @property
+    def queued_prefill_tokens(self) -> int:
+        """Prompt tokens still to compute here: in the inbox, waiting, and running prefills."""
+        sched = self.sched
+        queued = sum(m.input_length for m in self.inbox.items if type(m) is Request)
+        queued += sum(s.prefill_target - s.computed for s in sched.waiting)
+        queued += sum(s.prefill_target - s.computed for s in sched.running if s.computed < s.prefill_target)
+        return queued
+
+    def cached_prompt_blocks(self, request: Request) -> tuple[int, int]:
+        """(leading prompt blocks of ``request`` cached here, its full prompt blocks)."""
+        sched = self.sched
+        total = request.input_length // sched.block_size
+        if not sched.caching:
+            return 0, total
+        keys = request.block_keys(sched.block_size)
+        return sched.kv.match(keys, len(keys))[0], total
+
     @property
     def name(self) -> str:
         return f"{self.pool}/{self.wid}"
