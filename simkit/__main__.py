@@ -1,7 +1,5 @@
 """``python -m simkit``: see :mod:`simkit.cli`."""
 
-import sys
+from simkit.cli import main_exit
 
-from simkit.cli import main
-
-sys.exit(main())
+main_exit()

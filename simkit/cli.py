@@ -36,6 +36,9 @@ def _parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="python -m simkit",
         description="Simulate LLM serving (aggregated or disaggregated) on a scenario file.",
+        epilog="Other commands: 'python -m simkit compare RUN_DIR ...' (side-by-side summaries) and "
+               "'python -m simkit sweep SCENARIO.yaml --grid KEY=V1,V2 ...' (parameter sweeps); "
+               "each has its own --help.",
     )
     p.add_argument("scenario", help="scenario YAML file, e.g. scenarios/disagg.yaml")
     p.add_argument("--trace", metavar="FILE",
@@ -59,19 +62,30 @@ def _parser() -> argparse.ArgumentParser:
                    help="record every forward pass: write timeline.json (Chrome/Perfetto trace of passes per "
                         "worker and KV transfers) and a pass-timeline plot; memory grows with the passes")
     p.add_argument("--no-plots", action="store_true", help="do not draw the latency CDF plot")
-    p.add_argument("--quiet", action="store_true", help="print only the output folder (and no progress bar)")
+    p.add_argument("--quiet", action="store_true",
+                   help="print only the output folder's path (no table, no progress bar)")
     p.add_argument("--version", action="version", version=f"simkit {__version__}")
     return p
 
 
 def _default_out(name: str) -> str:
+    """A new folder ``runs/NAME-YYYYmmdd-HHMMSS[-k]``, created (reserved) at once so that runs
+    started together never pick the same one.
+
+    Raises:
+        OSError: ``runs/`` cannot be created.
+    """
     stamp = time.strftime("%Y%m%d-%H%M%S")
     safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name).lstrip(".") or "run"
     base = os.path.join("runs", f"{safe}-{stamp}")
+    os.makedirs("runs", exist_ok=True)
     out, k = base, 2
-    while os.path.exists(out):
-        out, k = f"{base}-{k}", k + 1
-    return out
+    while True:
+        try:
+            os.mkdir(out)
+            return out
+        except FileExistsError:
+            out, k = f"{base}-{k}", k + 1
 
 
 def _check_out(out_dir: str, force: bool, inputs: Sequence[str]) -> Optional[str]:
@@ -100,18 +114,55 @@ def _check_out(out_dir: str, force: bool, inputs: Sequence[str]) -> Optional[str
     return None
 
 
+def _printable(line: str, limit: int = 400) -> str:
+    """One safe terminal line: control characters escaped (no newlines or escape sequences
+    from a hostile key), cut to ``limit`` characters."""
+    safe = "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in line)
+    return safe if len(safe) <= limit else safe[: limit - 3] + "..."
+
+
 def _fail(lines: Sequence[str]) -> int:
     for line in lines:
-        print(line, file=sys.stderr)
+        print(_printable(line), file=sys.stderr)
     return 2
+
+
+class _Interrupts:
+    """SIGINT/SIGTERM handling: the first signal stops the simulation (a KeyboardInterrupt that
+    Simulation.run turns into partial results); later ones, and any once the simulation has
+    ended, are only counted, so the results are always written."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.defer = False
+        self.saved: dict = {}
+
+    def __enter__(self) -> "_Interrupts":
+        import signal
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self.saved[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum, frame) -> None:
+        self.count += 1
+        if self.count == 1 and not self.defer:
+            raise KeyboardInterrupt
+
+    def __exit__(self, *exc) -> None:
+        import signal
+
+        for sig, handler in self.saved.items():
+            signal.signal(sig, handler)
 
 
 def _compare_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m simkit compare",
                 description="Compare finished runs side by side: a summary table and overlaid CDFs.")
     p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="output folders of earlier runs")
-    p.add_argument("--plot", default="compare_cdf.png", metavar="FILE",
-                   help="where to save the overlaid TTFT/ITL CDFs (default: compare_cdf.png)")
+    p.add_argument("--plot", metavar="FILE", help="also save the overlaid TTFT/ITL CDFs to this PNG file")
     p.add_argument("--force", action="store_true", help="replace an existing --plot file")
     return p
 
@@ -176,6 +227,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
         return sweep_main(argv[1:])
     args = _parser().parse_args(argv)
+    with _Interrupts() as interrupts:
+        try:
+            return _run_cli(args, argv, interrupts)
+        except KeyboardInterrupt:
+            print("simkit: interrupted before the simulation started; nothing written", file=sys.stderr)
+            return 130
+
+
+def _run_cli(args, argv: list, interrupts: _Interrupts) -> int:
     try:
         overrides = []
         if args.trace is not None:
@@ -204,6 +264,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
         attach_progress(sim)
     records = sim.run(check=args.check)
+    interrupts.defer = True  # from here on a signal only waits for the results to be written
     run_s = time.perf_counter() - wall0 - load_s
     summary = summarize(records, scenario.sla)
     figures = {}
@@ -217,25 +278,46 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             figures["pass_timeline"] = pass_timeline(records)
             figures["worker_series"] = worker_series(records)
     info = {"simkit_version": __version__, "load_s": load_s, "run_s": run_s, "check": args.check,
+            "per_pass": args.per_pass, "timeline": args.timeline,
             "requests": len(records.requests), "argv": argv}
     try:
-        write_run(out_dir, scenario, records, summary, info, figures, force=args.force)
-    except FileExistsError:
-        return _fail([f"{out_dir}: output folder exists and is not empty; "
-                      "choose another --out or add --force"])
+        try:
+            write_run(out_dir, scenario, records, summary, info, figures, force=args.force)
+        except FileExistsError:  # filled by someone else while we ran: keep our results anyway
+            taken, k = out_dir, 2
+            while os.path.exists(f"{taken}-{k}"):
+                k += 1
+            out_dir = f"{taken}-{k}"
+            print(f"simkit: {taken} was filled by another process during the run; writing to {out_dir}",
+                  file=sys.stderr)
+            write_run(out_dir, scenario, records, summary, info, figures, force=False)
     except OSError as exc:
         return _fail([f"{out_dir}: cannot write results: {exc.strerror or exc}"])
-    if not args.quiet:
+    if args.quiet:
+        print(out_dir)  # just the path: OUT=$(python -m simkit ... --quiet)
+    else:
         print(render_text(summary, title=f"{scenario.name} ({scenario.mode}), "
                                          f"simulated in {run_s:.2f} s"))
-    print(f"wrote {out_dir}")
+        print(f"wrote {out_dir}")
     if records.stop_reason in ("stuck", "check_failed", "interrupted"):
-        print(f"simkit: run stopped ({records.stop_reason}): {records.stop_detail}; "
-              f"partial results in {out_dir}", file=sys.stderr)
+        print(_printable(f"simkit: run stopped ({records.stop_reason}): {records.stop_detail}; "
+                         f"partial results in {out_dir}", 2000), file=sys.stderr)
         return 130 if records.stop_reason == "interrupted" else 1
+    if interrupts.count:
+        print(f"simkit: interrupted after the simulation had finished; the complete results are in {out_dir}",
+              file=sys.stderr)
+        return 130
     return 0
 
 
 def main_exit() -> None:
-    """Console-script entry point (``simkit ...``)."""
-    sys.exit(main())
+    """Console-script and ``python -m simkit`` entry point. A closed stdout (``| head``) ends
+    the program quietly: the results were written before anything was printed."""
+    try:
+        code = main()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush cannot fail
+        code = 0
+    sys.exit(code)

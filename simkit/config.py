@@ -61,9 +61,23 @@ class FieldValueError(ValueError):
         self.field = field_name
 
 
+#: the largest magnitude a float field accepts: beyond it sums overflow (ms, s, tokens, GB/s)
+MAX_FLOAT = 1e15
+
+
 def _finite(_inst: Any, attribute: attrs.Attribute, value: Any) -> None:
     if value is not None and isinstance(value, float) and not math.isfinite(value):
         raise FieldValueError(attribute.name, f"'{attribute.name}' must be a finite number: {value!r}")
+    if value is not None and isinstance(value, float) and abs(value) > MAX_FLOAT:
+        raise FieldValueError(attribute.name, f"'{attribute.name}' must be at most {MAX_FLOAT:g}: {value!r}")
+
+
+def _at_least(limit: float):
+    def check(_inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+        if value is not None and 0 < value < limit:
+            raise FieldValueError(attribute.name, f"'{attribute.name}' must be 0 or at least {limit:g}: {value!r}")
+
+    return check
 
 
 def _positive(_inst: Any, attribute: attrs.Attribute, value: Any) -> None:
@@ -86,6 +100,8 @@ def _at_most(limit: int):
 
 _pos = [_finite, _positive]
 _nonneg = [_finite, _non_negative]
+#: rates (per second): below one event in 30 years the arrival times overflow
+_rate = [_finite, _positive, _at_least(1e-9)]
 #: sizes: positive and bounded (a typo like 10**20 workers must fail, not hang)
 _count = [_positive, _at_most(1_000_000)]
 _tokens = [_positive, _at_most(1 << 31)]
@@ -123,8 +139,8 @@ class LognormalLength:
     """
 
     kind: Literal["lognormal"] = "lognormal"
-    mean: float = field(default=1000.0, validator=_pos)  #: tokens
-    sigma: float = field(default=1.0, validator=_nonneg)  #: log-space standard deviation
+    mean: float = field(default=1000.0, validator=_pos + [_at_most(1 << 31)])  #: tokens
+    sigma: float = field(default=1.0, validator=_nonneg + [_at_most(10)])  #: log-space standard deviation
     min: int = field(default=1, validator=_tokens)  #: tokens, lower clip
     max: Optional[int] = field(default=None, validator=_tokens)  #: tokens, upper clip (None: none)
 
@@ -138,8 +154,8 @@ class NormalLength:
     """Normal lengths (``mean``, ``std`` tokens), rounded and clipped to ``[min, max]``."""
 
     kind: Literal["normal"] = "normal"
-    mean: float = field(default=1000.0, validator=_pos)  #: tokens
-    std: float = field(default=100.0, validator=_nonneg)  #: tokens
+    mean: float = field(default=1000.0, validator=_pos + [_at_most(1 << 31)])  #: tokens
+    std: float = field(default=100.0, validator=_nonneg + [_at_most(1 << 31)])  #: tokens
     min: int = field(default=1, validator=_tokens)
     max: Optional[int] = field(default=None, validator=_tokens)
 
@@ -154,7 +170,7 @@ class ZipfLength:
     so most requests are short and a few are very long; ``alpha`` > 1."""
 
     kind: Literal["zipf"] = "zipf"
-    alpha: float = field(default=1.5, validator=_pos)
+    alpha: float = field(default=1.5, validator=_pos + [_at_most(100)])
     min: int = field(default=1, validator=_tokens)
     max: int = field(default=32768, validator=_tokens)
 
@@ -188,7 +204,7 @@ class PoissonArrival:
     """Poisson arrivals (exponential inter-arrival times) at ``rate_per_s`` requests/s."""
 
     kind: Literal["poisson"] = "poisson"
-    rate_per_s: float = field(default=1.0, validator=_pos)
+    rate_per_s: float = field(default=1.0, validator=_rate)
 
 
 @frozen
@@ -197,8 +213,8 @@ class GammaArrival:
     (burstiness: 1 is Poisson, above 1 bursty, below 1 smoother)."""
 
     kind: Literal["gamma"] = "gamma"
-    rate_per_s: float = field(default=1.0, validator=_pos)
-    cv: float = field(default=2.0, validator=_pos)
+    rate_per_s: float = field(default=1.0, validator=_rate)
+    cv: float = field(default=2.0, validator=_pos + [_at_least(0.01), _at_most(100)])
 
 
 @frozen
@@ -206,7 +222,7 @@ class ConstantArrival:
     """Evenly spaced arrivals, ``1 / rate_per_s`` apart."""
 
     kind: Literal["constant"] = "constant"
-    rate_per_s: float = field(default=1.0, validator=_pos)
+    rate_per_s: float = field(default=1.0, validator=_rate)
 
 
 @frozen
@@ -214,7 +230,7 @@ class RateSegment:
     """``duration_s`` seconds of Poisson arrivals at ``rate_per_s`` (0: none)."""
 
     duration_s: float = field(default=60.0, validator=_pos)
-    rate_per_s: float = field(default=1.0, validator=_nonneg)
+    rate_per_s: float = field(default=1.0, validator=_nonneg + [_at_least(1e-9)])
 
 
 @frozen
@@ -236,7 +252,7 @@ class DiurnalArrival:
     sin(2 pi (t - ``phase_s``) / ``period_s``)), ``amplitude`` in [0, 1] (drawn by thinning)."""
 
     kind: Literal["diurnal"] = "diurnal"
-    mean_rate_per_s: float = field(default=1.0, validator=_pos)
+    mean_rate_per_s: float = field(default=1.0, validator=_rate)
     amplitude: float = field(default=0.5, validator=_nonneg)
     period_s: float = field(default=86400.0, validator=_pos)
     phase_s: float = field(default=0.0, validator=_finite)
@@ -785,13 +801,25 @@ def parse_overrides(pairs: list[str]) -> list[tuple[str, Any]]:
     return out
 
 
-def _unalias(node: Any) -> Any:
+#: values a scenario may expand to once YAML aliases are copied out (a "billion laughs" guard)
+MAX_VALUES = 1_000_000
+
+
+def _unalias(node: Any, budget: Optional[list] = None) -> Any:
     """A copy in which no two places share a mapping or list: YAML aliases (``*engine``) load
-    as one shared object, and an override of one place must not change the other."""
+    as one shared object, and an override of one place must not change the other.
+
+    Raises:
+        ValueError: the copy would hold more than :data:`MAX_VALUES` values.
+    """
+    budget = [MAX_VALUES] if budget is None else budget
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise ValueError(f"the scenario expands to more than {MAX_VALUES:,} values (aliases of aliases?)")
     if isinstance(node, dict):
-        return {key: _unalias(value) for key, value in node.items()}
+        return {key: _unalias(value, budget) for key, value in node.items()}
     if isinstance(node, list):
-        return [_unalias(value) for value in node]
+        return [_unalias(value, budget) for value in node]
     return node
 
 
@@ -828,6 +856,8 @@ def load_scenario(path: str, overrides: Optional[list[tuple[str, Any]]] = None) 
         data = _unalias(data)
     except RecursionError:
         raise ConfigError([f"{path}: the scenario is nested too deeply @ $"]) from None
+    except ValueError as exc:
+        raise ConfigError([f"{path}: {exc} @ $"]) from None
     _resolve_workload_path(data, os.path.dirname(os.path.abspath(path)))
     for key, value in overrides or []:
         _set_dotted(data, key, value, source=f"--set {key}")
@@ -845,10 +875,12 @@ def _blame_override(message: str, path: str, overrides: list[tuple[str, Any]]) -
     where = message.rpartition(" @ ")[2]
     for key, _ in reversed(overrides):
         target = "$." + key
-        if where == target or where.startswith(target + ".") or (
-                "unknown field(s)" in message and target.startswith(where + ".")
-                and target.rpartition(".")[2] in message):
+        if where == target or where.startswith(target + "."):
             return f"--set {key}" + message[len(path):]
+        if "unknown field(s)" in message and target.startswith(where + "."):
+            unknown = target[len(where) + 1:].split(".")[0]  # the segment the override added
+            if unknown in message.partition("unknown field(s) ")[2].rpartition(" @ ")[0].split(", "):
+                return f"--set {key}" + message[len(path):]
     return message
 
 

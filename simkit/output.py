@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import platform
 import shutil
@@ -21,6 +22,17 @@ from typing import Any, Optional
 from simkit.config import Scenario, dump_scenario
 from simkit.records import RunRecords
 from simkit.report import request_rows
+
+
+def _finite_json(value):
+    """``value`` with non-finite floats replaced by None: JSON has no NaN or Infinity."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite_json(v) for v in value]
+    return value
 
 
 def _pandas():
@@ -77,7 +89,7 @@ def write_run(out_dir: str, scenario: Scenario, records: RunRecords, summary: di
     parent = os.path.dirname(out_dir)
     os.makedirs(parent, exist_ok=True)
     rows = request_rows(records)
-    rows_text = "".join(json.dumps(row) + "\n" for row in rows)
+    rows_text = "".join(json.dumps(_finite_json(row), allow_nan=False) + "\n" for row in rows)
     scenario_text = dump_scenario(scenario)
     # a fingerprint of everything the run computed: equal digests mean byte-identical results
     digest = hashlib.sha256((scenario_text + "\0" + rows_text).encode("utf-8")).hexdigest()
@@ -88,7 +100,7 @@ def write_run(out_dir: str, scenario: Scenario, records: RunRecords, summary: di
     os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes 0700; a results folder is an ordinary folder
     try:
         with open(os.path.join(tmp, "summary.json"), "w", encoding="utf-8") as f:
-            json.dump(summary, f, indent=2)
+            json.dump(_finite_json(summary), f, indent=2, allow_nan=False)
             f.write("\n")
         with open(os.path.join(tmp, "requests.jsonl"), "w", encoding="utf-8") as f:
             f.write(rows_text)

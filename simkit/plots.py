@@ -159,7 +159,12 @@ def pareto(table, knobs: Sequence[str]):
     ok = table[(table["status"] == "ok") & table["ttft_p90_ms"].notna()
                & table["output_tokens_per_s_per_gpu"].notna()]
     xs, ys = ok["ttft_p90_ms"].to_numpy(float), ok["output_tokens_per_s_per_gpu"].to_numpy(float)
-    ax.scatter(xs, ys, color="tab:blue")
+    goodput = ok["goodput_fraction"].to_numpy(float) if "goodput_fraction" in ok else np.full(len(ok), np.nan)
+    if len(ok) and np.isfinite(goodput).all():  # colour by the share of requests meeting the SLA
+        points = ax.scatter(xs, ys, c=goodput, cmap="RdYlGn", vmin=0.0, vmax=1.0, edgecolors="k", linewidths=0.5)
+        fig.colorbar(points, ax=ax, label="fraction of requests meeting the SLA")
+    else:
+        ax.scatter(xs, ys, color="tab:blue")
     for x, y, (_, row) in zip(xs, ys, ok.iterrows()):
         ax.annotate(", ".join(f"{'.'.join(k.split('.')[-2:])}={row[k]}" for k in knobs), (x, y), fontsize=7,
                     xytext=(4, 4), textcoords="offset points")
@@ -171,6 +176,8 @@ def pareto(table, knobs: Sequence[str]):
     if front:
         ax.plot(*zip(*front), color="tab:orange", linewidth=1, label="Pareto front")
         ax.legend(loc="lower right", fontsize="small")
+    if len(xs) and xs.min() > 0 and xs.max() / xs.min() > 10:
+        ax.set_xscale("log")
     ax.set_xlabel("TTFT p90 (ms)")
     ax.set_ylabel("output tokens/s per GPU")
     ax.grid(True, alpha=0.3)

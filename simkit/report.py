@@ -72,7 +72,8 @@ def _stats_ms(values_s: list) -> Optional[dict]:
 def summarize(records: RunRecords, sla: Optional[SlaSpec] = None) -> dict[str, Any]:
     """A JSON-ready summary of ``records``.
 
-    Keys: ``requests`` {total, completed, rejected, incomplete}; ``ttft_ms``, ``itl_ms``,
+    Keys: ``requests`` {total, completed, rejected, incomplete, not_arrived (incomplete requests
+    never released before a time cap)}; ``ttft_ms``, ``itl_ms``,
     ``e2e_ms``, ``queue_ms`` {mean, p50, p90, p99} (None when no request qualifies);
     ``itl_ms_token_weighted``; ``throughput`` {requests_per_s, output_tokens_per_s};
     ``duration_s``; ``worker_seconds`` per pool; ``prefix_cache_hit_ratio`` (prompt tokens
@@ -88,6 +89,8 @@ def summarize(records: RunRecords, sla: Optional[SlaSpec] = None) -> dict[str, A
         "completed": len(done),
         "rejected": sum(r.status == "rejected" for r in reqs),
         "incomplete": sum(r.status == "incomplete" for r in reqs),
+        # of the incomplete, those never released before the run stopped (a time cap)
+        "not_arrived": sum(r.arrived_at is None for r in reqs),
     }
     duration_s = max((r.finished_at for r in done), default=0.0)
     out_tokens = sum(r.output_length for r in done)
@@ -117,7 +120,8 @@ def summarize(records: RunRecords, sla: Optional[SlaSpec] = None) -> dict[str, A
         summary["goodput"] = {
             "requests_per_s": len(good) / duration_s if duration_s > 0 else None,
             "output_tokens_per_s": sum(r.output_length for r in good) / duration_s if duration_s > 0 else None,
-            "fraction": len(good) / len(reqs) if reqs else None,
+            # of the requests that arrived before the run stopped
+            "fraction": len(good) / (len(reqs) - counts["not_arrived"]) if len(reqs) > counts["not_arrived"] else None,
         }
     return summary
 

@@ -169,7 +169,10 @@ def sweep_table(combos: list[dict], outcomes: list[dict]):
         tokens, gpus = row["output_tokens_per_s"], outcome["gpus"]
         row["output_tokens_per_s_per_gpu"] = tokens / gpus if tokens is not None and gpus else None
         rows.append(row)
-    return pd.DataFrame(rows)
+    table = pd.DataFrame(rows)
+    for column in ("completed", "rejected"):  # counts stay integers beside failed (empty) rows
+        table[column] = table[column].astype("Int64")
+    return table
 
 
 def _execute(jobs: list, n_jobs: int, dask_address: Optional[str]) -> list[dict]:

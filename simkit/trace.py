@@ -86,6 +86,8 @@ def _read_lines(path: str):
     """
     if os.path.isdir(path):
         raise TraceError(path, None, "is a directory; expected a trace file")
+    if os.path.exists(path) and not os.path.isfile(path):
+        raise TraceError(path, None, "is not a regular file (a device or a pipe); expected a trace file")
     try:
         with open(path, encoding="utf-8-sig") as f:
             for lineno, text in enumerate(f, start=1):
@@ -101,7 +103,7 @@ def _json_object(text: str, path: str, line: int, expected: str) -> dict:
     try:
         obj: Any = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise TraceError(path, line, f"not valid JSON ({exc.msg} at column {exc.colno}); "
+        raise TraceError(path, line, f"not valid JSON ({exc.msg}, column {exc.colno}); "
                          "expected one JSON object per line") from None
     except RecursionError:
         raise TraceError(path, line, "JSON nested too deeply; expected one flat object per line") from None
@@ -118,12 +120,12 @@ def _number_field(obj: dict, name: str, path: str, line: int, default: Any = ...
     value = obj[name]
     try:
         ok = (not isinstance(value, bool) and isinstance(value, (int, float))
-              and math.isfinite(float(value)) and value >= 0)
+              and math.isfinite(float(value)) and 0 <= value <= 1e15)
     except OverflowError:
         ok = False
     if not ok:
         shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
-        raise TraceError(path, line, f"field {name!r} is {shown}; expected finite milliseconds >= 0")
+        raise TraceError(path, line, f"field {name!r} is {shown}; expected milliseconds from 0 to 1e15")
     return float(value)
 
 

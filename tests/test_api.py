@@ -58,12 +58,12 @@ def test_compare_prints_a_table_and_writes_overlaid_cdfs(tmp_path, capsys, monke
         dirs.append(str(d))
     capsys.readouterr()
     monkeypatch.chdir(tmp_path)
-    assert main(["compare", *dirs]) == 0
+    assert main(["compare", *dirs, "--plot", "compare_cdf.png"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].split() == ["agg", "dis"]
     assert out[1].split() == ["completed", "/", "total", "80/80", "80/80"]
     assert (tmp_path / "compare_cdf.png").stat().st_size > 10_000
-    assert main(["compare", *dirs]) == 2  # the plot exists: refuse without --force
+    assert main(["compare", *dirs, "--plot", "compare_cdf.png"]) == 2  # exists: refuse without --force
     assert "exists; choose another --plot or add --force" in capsys.readouterr().err
     assert main(["compare", str(tmp_path / "nothing")]) == 2
 

@@ -29,7 +29,7 @@ def test_main_command_writes_every_output(tmp_path):
     assert sorted(os.listdir(out)) == ["latency_cdf.png", "requests.jsonl", "requests.parquet", "run_info.json",
                                        "scenario.resolved.yaml", "summary.json"]
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["requests"] == {"total": 60, "completed": 60, "rejected": 0, "incomplete": 0}
+    assert summary["requests"] == {"total": 60, "completed": 60, "rejected": 0, "incomplete": 0, "not_arrived": 0}
     for key in ("ttft_ms", "itl_ms", "e2e_ms"):
         assert set(summary[key]) == {"mean", "p50", "p90", "p99"}
     assert set(summary["worker_seconds"]) == {"prefill", "decode"}
@@ -117,7 +117,7 @@ def test_oversized_request_is_rejected_and_the_rest_complete(tmp_path):
                  "--no-plots", "--set", "pools.aggregated.num_gpu_blocks=100",
                  "--set", "pools.aggregated.workers=1"]) == 0
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["requests"] == {"total": 2, "completed": 1, "rejected": 1, "incomplete": 0}
+    assert summary["requests"] == {"total": 2, "completed": 1, "rejected": 1, "incomplete": 0, "not_arrived": 0}
 
 
 def test_out_must_not_swallow_the_current_folder_or_inputs(tmp_path, monkeypatch, capsys):

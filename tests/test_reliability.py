@@ -132,3 +132,54 @@ def test_argument_errors_are_one_line_exit_2(capsys, bad):
     assert info.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("simkit: ")
+
+
+def test_yaml_alias_bomb_is_refused_quickly(tmp_path):
+    from simkit.config import ConfigError, load_scenario
+
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    for i in range(1, 9):
+        lines.append(f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]")
+    path = tmp_path / "bomb.yaml"
+    path.write_text("\n".join(lines) + "\npools: {aggregated: {}}\n")
+    with pytest.raises(ConfigError) as info:
+        load_scenario(str(path))
+    assert info.value.messages == [f"{path}: the scenario expands to more than 1,000,000 values "
+                                   "(aliases of aliases?) @ $"]
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("workload.input_tokens", {"kind": "lognormal", "mean": 1e308}, "'mean' must be at most 1e+15"),
+    ("workload.input_tokens", {"kind": "lognormal", "sigma": 1e200}, "'sigma' must be at most 1e+15"),
+    ("workload.arrival", {"kind": "poisson", "rate_per_s": 1e-308}, "'rate_per_s' must be 0 or at least 1e-09"),
+    ("link.latency_ms", 1e308, "'latency_ms' must be at most 1e+15"),
+])
+def test_values_that_would_overflow_are_refused(key, value, message):
+    from simkit.config import ConfigError, load_scenario
+
+    with pytest.raises(ConfigError) as info:
+        load_scenario(str(REPO / "scenarios" / "disagg.yaml"), [(key, value)])
+    assert message in info.value.messages[0]
+
+
+def test_a_device_is_not_read_as_a_trace(capsys):
+    assert main(["scenarios/agg.yaml", "--trace", "/dev/zero", "--out", "/tmp/never-written"]) == 2
+    assert capsys.readouterr().err == ("/dev/zero: is not a regular file (a device or a pipe); "
+                                       "expected a trace file\n")
+
+
+def test_hostile_keys_are_escaped_on_one_line(tmp_path, capsys):
+    path = tmp_path / "s.yaml"
+    path.write_text('pools: {aggregated: {}}\n"bad\\nkey\\u001b[2J": 1\n')
+    assert main([str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "\x1b" not in err and "bad\\nkey\\x1b[2J" in err
+
+
+def test_quiet_prints_only_the_path_and_default_folders_never_collide(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    scen = str(REPO / "scenarios" / "agg.yaml")
+    for _ in range(3):  # same name, same second: each run reserves its own folder
+        assert main([scen, "--quiet", "--no-plots", *SMALL]) == 0
+    paths = capsys.readouterr().out.split()
+    assert len(set(paths)) == 3 and all((tmp_path / p / "summary.json").exists() for p in paths)
