@@ -89,7 +89,8 @@ def write_run(out_dir: str, scenario: Scenario, records: RunRecords, summary: di
     parent = os.path.dirname(out_dir)
     os.makedirs(parent, exist_ok=True)
     rows = request_rows(records)
-    rows_text = "".join(json.dumps(_finite_json(row), allow_nan=False) + "\n" for row in rows)
+    # request_rows gives finite floats or None; allow_nan=False would catch a slip
+    rows_text = "".join(json.dumps(row, allow_nan=False) + "\n" for row in rows)
     scenario_text = dump_scenario(scenario)
     # a fingerprint of everything the run computed: equal digests mean byte-identical results
     digest = hashlib.sha256((scenario_text + "\0" + rows_text).encode("utf-8")).hexdigest()
@@ -106,7 +107,7 @@ def write_run(out_dir: str, scenario: Scenario, records: RunRecords, summary: di
             f.write(rows_text)
         with open(os.path.join(tmp, "scenario.resolved.yaml"), "w", encoding="utf-8") as f:
             f.write(scenario_text)
-        _write_parquet([_finite_json(r) for r in rows], os.path.join(tmp, "requests.parquet"))
+        _write_parquet(rows, os.path.join(tmp, "requests.parquet"))
         info = dict(run_info, python=platform.python_version(), host=platform.node())
         with open(os.path.join(tmp, "run_info.json"), "w", encoding="utf-8") as f:
             json.dump(info, f, indent=2)

@@ -27,7 +27,11 @@ PERCENTILES = (50, 90, 99)
 
 
 def _ms(value: Optional[float]) -> Optional[float]:
-    return None if value is None else value * MS_PER_S
+    """Seconds to ms; None (JSON null) for a missing or non-finite value."""
+    if value is None:
+        return None
+    ms = value * MS_PER_S
+    return ms if math.isfinite(ms) else None
 
 
 def request_rows(records: RunRecords) -> list[dict[str, Any]]:
