@@ -119,7 +119,7 @@ def main() -> None:
         if peers:
             ratio = statistics.median(s[0] / p[0] for s, p in zip(sims, peers))
             mem = max(m for _, m in sims) / max(m for _, m in peers)
-            line += (f" | reference wall " + " ".join(f"{w:6.2f}" for w, _ in peers) +
+            line += (" | reference wall " + " ".join(f"{w:6.2f}" for w, _ in peers) +
                      f" s, peak {max(m for _, m in peers) / 1024:5.0f} MiB | median wall ratio {ratio:.2f},"
                      f" peak memory ratio {mem:.2f}")
         print(line, flush=True)

@@ -22,7 +22,6 @@ import attrs
 import cattrs
 import yaml
 from attrs import field, frozen
-from attrs import validators as v
 from cattrs.gen import make_dict_structure_fn
 from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, IterableValidationError
 
@@ -306,9 +305,6 @@ class SyntheticWorkload:
     trace_block_size: int = field(default=16, validator=_tokens)  #: tokens per prompt identity block
     #: multi-turn sessions (``num_requests`` then counts turns; arrivals start sessions)
     sessions: Optional[SyntheticSessions] = None
-
-
-TRACE_FORMATS = ("auto", "mooncake", "agentic", "azure", "csv", "weka", "weka_requests")
 
 
 @frozen

@@ -17,7 +17,7 @@ import os
 import platform
 import shutil
 import tempfile
-from typing import Any, Optional
+from typing import Optional
 
 from simkit.config import Scenario, dump_scenario
 from simkit.records import RunRecords

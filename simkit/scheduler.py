@@ -49,7 +49,7 @@ class Seq:
 
     __slots__ = (
         "req", "rid", "prompt_len", "output_len", "keys", "held", "anon", "computed",
-        "prefill_target", "generated", "transferred", "preemptions", "admissions",
+        "prefill_target", "generated", "transferred", "preemptions",
     )
 
     def __init__(self, req: Request, transferred: bool = False) -> None:
@@ -66,7 +66,6 @@ class Seq:
         self.prefill_target = self.computed if transferred else req.input_length
         self.generated = 0
         self.preemptions = 0
-        self.admissions = 0
 
 
 class Batch:
@@ -237,7 +236,6 @@ class VllmScheduler:
             kv.allocate(alloc)
             seq.anon = alloc
             seq.computed = start
-            seq.admissions += 1
             if is_prefill:
                 self._register(seq, hits, start + n)
                 batch.prefill_tokens += n

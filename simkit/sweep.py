@@ -13,7 +13,6 @@ until tensor parallelism is modelled. Layer L6.
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import os
 import sys
