@@ -34,6 +34,7 @@ class Collector:
         self.env = env
         self.requests = requests
         self.arrived_at: list[Optional[float]] = [None] * n
+        self.dispatched_at: list[Optional[float]] = [None] * n
         self.first_admitted_at: list[Optional[float]] = [None] * n
         self.first_token_at: list[Optional[float]] = [None] * n
         self.second_token_at: list[Optional[float]] = [None] * n
@@ -61,6 +62,9 @@ class Collector:
     def arrived(self, rid: int, at: float) -> None:
         self.arrived_at[rid] = at
         self.arrived_count += 1
+
+    def dispatched(self, rid: int, at: float) -> None:
+        self.dispatched_at[rid] = at
 
     def admitted(self, rid: int, at: float, pool: str, worker: int, cached_tokens: int,
                  lookup_tokens: int) -> None:
@@ -147,6 +151,7 @@ class Collector:
             rows.append(RequestRecord(
                 rid=rid,
                 arrived_at=self.arrived_at[rid],
+                dispatched_at=self.dispatched_at[rid],
                 input_length=req.input_length,
                 requested_output_length=req.output_length,
                 output_length=self.n_tokens[rid],

@@ -479,6 +479,24 @@ RouterSpec = Union[RoundRobinRouter, LeastLoadedRouter, KvAwareRouter, SessionAf
 
 
 @frozen
+class RouterQueueSpec:
+    """When every prompt worker (prefill or aggregated) is busy, new requests wait in the router
+    queue instead of piling onto a worker. A worker is busy when its KV blocks in use exceed
+    ``max_kv_usage`` of its cache, or its queued prefill tokens exceed
+    ``max_queued_prefill_tokens``; null thresholds never make it busy (the default: no
+    waiting). Waiting requests leave in ``policy`` order: fcfs (oldest first), lcfs (newest
+    first) or wspt (shortest expected work first: fewest prompt + output tokens)."""
+
+    policy: Literal["fcfs", "lcfs", "wspt"] = "fcfs"
+    max_kv_usage: Optional[float] = field(default=None, validator=_pos + [_at_most(1)])  #: fraction
+    max_queued_prefill_tokens: Optional[int] = field(default=None, validator=_tokens)
+
+    @property
+    def enabled(self) -> bool:
+        return self.max_kv_usage is not None or self.max_queued_prefill_tokens is not None
+
+
+@frozen
 class SlaSpec:
     """Latency bounds for goodput; a request meets the SLA when it meets every given bound."""
 
@@ -503,6 +521,8 @@ class Scenario:
     #: the handoff link; only for disaggregated pools (filled in with defaults there)
     link: Optional[LinkSpec] = None
     router: RouterSpec = field(factory=RoundRobinRouter)
+    #: busy thresholds and waiting order of the router queue (default: never wait)
+    router_queue: RouterQueueSpec = field(factory=RouterQueueSpec)
     #: latency bounds for goodput (optional; null or {} for none)
     sla: Optional[SlaSpec] = field(factory=SlaSpec, converter=lambda v: SlaSpec() if v is None else v)
     #: stop the run at this simulated time; requests not finished are reported incomplete

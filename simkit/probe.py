@@ -17,6 +17,9 @@ class Probe(Protocol):
     def arrived(self, rid: int, at: float) -> None:
         """Request ``rid`` entered the router queue."""
 
+    def dispatched(self, rid: int, at: float) -> None:
+        """The router sent ``rid`` to a worker (after any wait in the router queue)."""
+
     def admitted(self, rid: int, at: float, pool: str, worker: int, cached_tokens: int,
                  lookup_tokens: int) -> None:
         """A worker admitted ``rid`` into its running batch; on a prompt admission
@@ -40,6 +43,7 @@ class NullProbe:
     """A probe that ignores everything."""
 
     def arrived(self, rid, at): pass
+    def dispatched(self, rid, at): pass
     def admitted(self, rid, at, pool, worker, cached_tokens, lookup_tokens): pass
     def tokens(self, rids, at): pass
     def token_run(self, rids, times): pass

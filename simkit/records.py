@@ -23,6 +23,7 @@ class RequestRecord:
 
     rid: int
     arrived_at: Optional[float]  #: release time; None if never released (cut by the time cap)
+    dispatched_at: Optional[float]  #: when the router sent it to a worker (after the router queue)
     input_length: int
     requested_output_length: int
     output_length: int
@@ -57,6 +58,13 @@ class RequestRecord:
         if self.finished_at is None or self.arrived_at is None:
             return None
         return self.finished_at - self.arrived_at
+
+    @property
+    def router_queue_s(self) -> Optional[float]:
+        """Time waiting in the router queue: dispatch - arrival."""
+        if self.dispatched_at is None or self.arrived_at is None:
+            return None
+        return self.dispatched_at - self.arrived_at
 
     @property
     def queue_s(self) -> Optional[float]:

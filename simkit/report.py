@@ -48,6 +48,7 @@ def request_rows(records: RunRecords) -> list[dict[str, Any]]:
             "itl_ms": _ms(r.itl_s),
             "e2e_ms": _ms(r.e2e_s),
             "queue_ms": _ms(r.queue_s),
+            "router_queue_ms": _ms(r.router_queue_s),
             "status": r.status,
             "cached_tokens": r.cached_tokens,
             "prefill_worker": r.prefill_worker,
@@ -77,8 +78,9 @@ def summarize(records: RunRecords, sla: Optional[SlaSpec] = None) -> dict[str, A
     """A JSON-ready summary of ``records``.
 
     Keys: ``requests`` {total, completed, rejected, incomplete, not_arrived (incomplete requests
-    never released before a time cap)}; ``ttft_ms``, ``itl_ms``,
-    ``e2e_ms``, ``queue_ms`` {mean, p50, p90, p99} (None when no request qualifies);
+    never released before a time cap)}; ``ttft_ms``, ``itl_ms``, ``e2e_ms``, ``queue_ms``
+    (arrival to first admission) and ``router_queue_ms`` (arrival to dispatch, the part spent
+    in the router queue) {mean, p50, p90, p99} (None when no request qualifies);
     ``itl_ms_token_weighted``; ``throughput`` {requests_per_s, output_tokens_per_s};
     ``duration_s``; ``worker_seconds`` per pool; ``prefix_cache_hit_ratio`` (prompt tokens
     found cached / prompt tokens looked up, counting prompt admissions only); ``passes`` per
@@ -106,6 +108,7 @@ def summarize(records: RunRecords, sla: Optional[SlaSpec] = None) -> dict[str, A
         "itl_ms": _stats_ms([r.itl_s for r in done if r.itl_s is not None]),
         "e2e_ms": _stats_ms([r.e2e_s for r in done]),
         "queue_ms": _stats_ms([r.queue_s for r in done if r.queue_s is not None]),
+        "router_queue_ms": _stats_ms([r.router_queue_s for r in done if r.router_queue_s is not None]),
         "itl_ms_token_weighted": weighted,
         "throughput": {
             "requests_per_s": len(done) / duration_s if duration_s > 0 else None,

@@ -18,6 +18,7 @@ import simpy
 
 from simkit.config import (
     KvAwareRouter,
+    RouterQueueSpec,
     LeastLoadedRouter,
     RoundRobinRouter,
     RouterSpec,
@@ -133,8 +134,13 @@ class Router:
                  entry_workers: Sequence, probe: Probe,
                  handoff_queue: Optional[simpy.Store] = None,
                  decode_workers: Optional[Sequence] = None,
-                 rngs: tuple[random.Random, random.Random] = (random.Random(0), random.Random(1))) -> None:
+                 rngs: tuple[random.Random, random.Random] = (random.Random(0), random.Random(1)),
+                 queue_spec: Optional[RouterQueueSpec] = None) -> None:
         self.env = env
+        self.probe = probe
+        self.queue_spec = queue_spec or RouterQueueSpec()
+        self.held: list = []  #: requests waiting for a worker that is not busy
+        self.wake = env.event()  #: succeeded by a worker's pass end while requests are held
         self.router_queue = router_queue
         self.entry_workers = entry_workers
         self.handoff_queue = handoff_queue
@@ -149,10 +155,48 @@ class Router:
         return procs
 
     def dispatch_new(self):
-        """Yields: ``router_queue.get()`` for each request."""
+        """Yields: ``router_queue.get()`` for each request; with busy thresholds, also a
+        worker's wake-up while requests are held."""
+        if not self.queue_spec.enabled:
+            while True:
+                request = yield self.router_queue.get()
+                self._send(request, self.entry_workers)
         while True:
-            request = yield self.router_queue.get()
-            self.entry_policy.pick(request, self.entry_workers).inbox.put(request)
+            ready = [w for w in self.entry_workers if not self._busy(w)]
+            if self.held and ready:
+                self._send(self._next_held(), ready)
+                continue
+            with self.router_queue.get() as get:
+                yield get | self.wake
+                if get.triggered:
+                    self.held.append(get.value)
+            if self.wake.triggered:
+                self.wake = self.env.event()
+
+    def _send(self, request, workers) -> None:
+        self.probe.dispatched(request.rid, self.env.now)
+        self.entry_policy.pick(request, workers).inbox.put(request)
+
+    def _busy(self, worker) -> bool:
+        q = self.queue_spec
+        if q.max_kv_usage is not None and worker.kv_blocks_in_use > q.max_kv_usage * worker.kv_capacity_blocks:
+            return True
+        return q.max_queued_prefill_tokens is not None and worker.queued_prefill_tokens > q.max_queued_prefill_tokens
+
+    def _next_held(self):
+        held, policy = self.held, self.queue_spec.policy
+        if policy == "fcfs":
+            index = 0
+        elif policy == "lcfs":
+            index = len(held) - 1
+        else:  # wspt: least expected work, then the oldest (stable: index)
+            index = min(range(len(held)), key=lambda i: (held[i].input_length + held[i].output_length, i))
+        return held.pop(index)
+
+    def poke(self) -> None:
+        """A worker finished a pass: held requests may now find a worker that is not busy."""
+        if self.held and not self.wake.triggered:
+            self.wake.succeed()
 
     def dispatch_handoff(self):
         """Yields: ``handoff_queue.get()`` for each transferred request (a ``Handoff``)."""

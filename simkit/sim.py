@@ -70,7 +70,11 @@ class Simulation:
         streams = RngStreams(scenario.seed)
         self.router = Router(env, scenario.router, self.router_queue, entry, probe,
                              handoff_queue=handoff_queue, decode_workers=self.pools.get("decode"),
-                             rngs=(streams.get("router"), streams.get("router_decode")))
+                             rngs=(streams.get("router"), streams.get("router_decode")),
+                             queue_spec=scenario.router_queue)
+        if scenario.router_queue.enabled:
+            for worker in entry:
+                worker.on_pass_end = self.router.poke
         max_in_flight = getattr(scenario.workload, "max_in_flight", None)
         self.source = Source(env, requests, self.router_queue, probe, max_in_flight)
         self.collector.listeners.append(self.source.ended)
@@ -155,7 +159,7 @@ class Simulation:
             InvariantError: naming the rule, the numbers and the time.
         """
         now = self.env.now
-        where = {"router queue": len(self.router_queue.items), "inboxes": 0, "waiting": 0,
+        where = {"router queue": len(self.router_queue.items) + len(self.router.held), "inboxes": 0, "waiting": 0,
                  "running": 0, "on the link": self.link.in_flight if self.link else 0,
                  "handoff queue": len(self.link.handoff_queue.items) if self.link else 0,
                  "ended": self.collector.ended_count}

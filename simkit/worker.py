@@ -94,6 +94,8 @@ class Worker:
         self.pass_log: Optional[list] = [] if record_passes else None
         #: a message taken from the inbox during a fast-forwarded run, accepted at its pass end
         self.in_hand = None
+        #: called after each pass (the router re-checks its busy thresholds)
+        self.on_pass_end: Optional[Callable[[], None]] = None
 
     def start(self) -> simpy.Process:
         return self.env.process(self.serve())
@@ -115,6 +117,11 @@ class Worker:
 
     # ------------------------------------------------------------------ read-only snapshot
     # (what routing policies may read; see simkit.router.Routable)
+
+    @property
+    def kv_capacity_blocks(self) -> int:
+        """``num_gpu_blocks`` of this worker."""
+        return self.sched.kv.capacity
 
     @property
     def kv_blocks_in_use(self) -> int:
@@ -208,6 +215,8 @@ class Worker:
                     pool, wid, now, env.now, batch.prefill_tokens, batch.decode_requests,
                     batch.decode_context_tokens, kv_blocks, len(batch.preempted), len(batch.admitted)))
             emitted, finished, prefilled = sched.complete(batch)
+            if self.on_pass_end is not None:
+                self.on_pass_end()
             if emitted or finished or prefilled:
                 self.stalled = 0
             else:
@@ -278,6 +287,8 @@ class Worker:
         if self.pass_log is not None:
             self._log_run(batch, ends[:n], start)
         rids, finished = sched.complete_decode_run(batch, n)
+        if self.on_pass_end is not None:
+            self.on_pass_end()
         self.probe.token_run(rids, ends[:n])
         now = env.now
         for seq in finished:

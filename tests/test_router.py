@@ -10,7 +10,7 @@ from simkit.config import KvAwareRouter, LeastLoadedRouter, SessionAffinityRoute
 from simkit.router import KvAware, LeastLoaded, SessionAffinity
 from simkit.sim import simulate
 
-from conftest import req, scenario
+from conftest import P, req, scenario
 
 
 class FakeWorker:
@@ -67,3 +67,39 @@ def test_every_policy_runs_disaggregated_and_conserves(kind):
     records = simulate(s, reqs, check=True)
     assert records.stop_reason == "completed"
     assert all(r.status == "completed" for r in records.requests)
+
+
+def test_router_queue_holds_requests_while_every_worker_is_busy():
+    # one worker, busy once more than 1,000 prefill tokens are queued: r0 (5,000 tokens) goes at
+    # once; r1 and r2 arrive at 1 and 2 ms and wait in the router until r0's prompt is computed
+    # (the worker is not busy again until its 5,000 queued tokens are computed)
+    reqs = [req(0, 0, 5000, 2), req(1, 1, 300, 2), req(2, 2, 200, 2)]
+    base = scenario()
+    free = simulate(base, reqs).requests
+    assert [r.router_queue_s for r in free] == [0.0, 0.0, 0.0]
+    held = simulate(override(base, {"router_queue": {"max_queued_prefill_tokens": 1000}}), reqs, check=True)
+    r0, r1, r2 = held.requests
+    assert r0.router_queue_s == 0.0
+    # both wait until r0's single 5,000-token pass ends at P(5000)
+    assert r1.dispatched_at == r2.dispatched_at == pytest.approx(P(5000) / 1000, rel=1e-12)
+    # lcfs sends the newest first: with a one-slot worker (max_num_seqs 1) r2 is served before r1
+    lcfs = simulate(override(scenario(max_num_seqs=1), {"router_queue": {"max_queued_prefill_tokens": 1000,
+                                                                         "policy": "lcfs"}}), reqs).requests
+    assert lcfs[2].first_token_at < lcfs[1].first_token_at
+    wspt = simulate(override(scenario(max_num_seqs=1), {"router_queue": {"max_queued_prefill_tokens": 1000,
+                                                                         "policy": "wspt"}}), reqs).requests
+    assert wspt[2].first_token_at < wspt[1].first_token_at  # 200 + 2 tokens of work before 300 + 2
+
+
+def test_router_queue_kv_threshold_and_summary(tmp_path):
+    from simkit.report import summarize
+
+    # 47 blocks per request on 200-block workers: a worker with three admitted (141 > 100 blocks)
+    # is busy, so the 7th and 8th requests wait in the router until one finishes
+    reqs = [req(i, 100 * i, 3000, 80, [i, 100 + i, 200 + i, 300 + i, 400 + i, 500 + i]) for i in range(8)]
+    s = override(scenario(workers=2, num_gpu_blocks=200), {"router_queue": {"max_kv_usage": 0.5}})
+    records = simulate(s, reqs, check=True)
+    assert records.stop_reason == "completed"
+    assert [r.router_queue_s > 0 for r in records.requests] == [False] * 6 + [True] * 2
+    summary = summarize(records)
+    assert summary["router_queue_ms"]["p90"] > 0 and summary["router_queue_ms"]["p50"] == 0
