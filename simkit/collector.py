@@ -43,6 +43,8 @@ class Collector:
         self.finished_at: list[Optional[float]] = [None] * n
         self.status: list[Optional[str]] = [None] * n
         self.handed_off_at: list[Optional[float]] = [None] * n
+        self.prefilled_at: list[Optional[float]] = [None] * n
+        self.decode_admitted_at: list[Optional[float]] = [None] * n
         self.cached_tokens = [0] * n
         self.prefill_worker: list[Optional[int]] = [None] * n
         self.decode_worker: list[Optional[int]] = [None] * n
@@ -70,6 +72,8 @@ class Collector:
                  lookup_tokens: int) -> None:
         if pool == "decode":
             self.decode_worker[rid] = worker
+            if self.decode_admitted_at[rid] is None:
+                self.decode_admitted_at[rid] = at
             return
         if self.first_admitted_at[rid] is None:
             self.first_admitted_at[rid] = at
@@ -120,6 +124,9 @@ class Collector:
             if token_times is not None:
                 token_times[rid].extend(times)
 
+    def prefilled(self, rid: int, at: float) -> None:
+        self.prefilled_at[rid] = at
+
     def handed_off(self, rid: int, at: float) -> None:
         self.handed_off_at[rid] = at
 
@@ -161,7 +168,9 @@ class Collector:
                 second_token_at=self.second_token_at[rid],
                 last_token_at=self.last_token_at[rid],
                 finished_at=self.finished_at[rid] if status == COMPLETED else None,
+                prefilled_at=self.prefilled_at[rid],
                 handed_off_at=self.handed_off_at[rid],
+                decode_admitted_at=self.decode_admitted_at[rid],
                 cached_tokens=self.cached_tokens[rid],
                 prefill_worker=self.prefill_worker[rid],
                 decode_worker=self.decode_worker[rid],

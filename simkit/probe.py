@@ -32,6 +32,9 @@ class Probe(Protocol):
         """Each of ``rids`` produced one token at each of ``times`` (ascending): a
         fast-forwarded run of passes, equal to one :meth:`tokens` call per time."""
 
+    def prefilled(self, rid: int, at: float) -> None:
+        """A prefill worker finished ``rid``'s prompt; its KV now waits for the handoff link."""
+
     def handed_off(self, rid: int, at: float) -> None:
         """The prompt KV of ``rid`` reached the decode side of the handoff link."""
 
@@ -47,5 +50,6 @@ class NullProbe:
     def admitted(self, rid, at, pool, worker, cached_tokens, lookup_tokens): pass
     def tokens(self, rids, at): pass
     def token_run(self, rids, times): pass
+    def prefilled(self, rid, at): pass
     def handed_off(self, rid, at): pass
     def finished(self, rid, at, status): pass

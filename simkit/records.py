@@ -33,7 +33,9 @@ class RequestRecord:
     second_token_at: Optional[float]
     last_token_at: Optional[float]
     finished_at: Optional[float]
-    handed_off_at: Optional[float]
+    prefilled_at: Optional[float]  #: disaggregated: its prompt's last prefill pass ended
+    handed_off_at: Optional[float]  #: disaggregated: its KV reached the decode side
+    decode_admitted_at: Optional[float]  #: disaggregated: first admitted by a decode worker
     cached_tokens: int
     prefill_worker: Optional[int]
     decode_worker: Optional[int]
@@ -58,6 +60,21 @@ class RequestRecord:
         if self.finished_at is None or self.arrived_at is None:
             return None
         return self.finished_at - self.arrived_at
+
+    @property
+    def transfer_s(self) -> Optional[float]:
+        """Disaggregated: time on the handoff link, channel wait included (handed off -
+        prefilled)."""
+        if self.handed_off_at is None or self.prefilled_at is None:
+            return None
+        return self.handed_off_at - self.prefilled_at
+
+    @property
+    def decode_queue_s(self) -> Optional[float]:
+        """Disaggregated: wait for a decode worker to admit it (decode admission - handed off)."""
+        if self.decode_admitted_at is None or self.handed_off_at is None:
+            return None
+        return self.decode_admitted_at - self.handed_off_at
 
     @property
     def router_queue_s(self) -> Optional[float]:

@@ -49,6 +49,8 @@ def request_rows(records: RunRecords) -> list[dict[str, Any]]:
             "e2e_ms": _ms(r.e2e_s),
             "queue_ms": _ms(r.queue_s),
             "router_queue_ms": _ms(r.router_queue_s),
+            "transfer_ms": _ms(r.transfer_s),
+            "decode_queue_ms": _ms(r.decode_queue_s),
             "status": r.status,
             "cached_tokens": r.cached_tokens,
             "prefill_worker": r.prefill_worker,
@@ -80,7 +82,9 @@ def summarize(records: RunRecords, sla: Optional[SlaSpec] = None) -> dict[str, A
     Keys: ``requests`` {total, completed, rejected, incomplete, not_arrived (incomplete requests
     never released before a time cap)}; ``ttft_ms``, ``itl_ms``, ``e2e_ms``, ``queue_ms``
     (arrival to first admission) and ``router_queue_ms`` (arrival to dispatch, the part spent
-    in the router queue) {mean, p50, p90, p99} (None when no request qualifies);
+    in the router queue), and, disaggregated, ``transfer_ms`` (prefill end to KV arrival on the
+    decode side, link channel wait included) and ``decode_queue_ms`` (KV arrival to decode
+    admission) {mean, p50, p90, p99} (None when no request qualifies);
     ``itl_ms_token_weighted``; ``throughput`` {requests_per_s, output_tokens_per_s};
     ``duration_s``; ``worker_seconds`` per pool; ``prefix_cache_hit_ratio`` (prompt tokens
     found cached / prompt tokens looked up, counting prompt admissions only); ``passes`` per
@@ -109,6 +113,8 @@ def summarize(records: RunRecords, sla: Optional[SlaSpec] = None) -> dict[str, A
         "e2e_ms": _stats_ms([r.e2e_s for r in done]),
         "queue_ms": _stats_ms([r.queue_s for r in done if r.queue_s is not None]),
         "router_queue_ms": _stats_ms([r.router_queue_s for r in done if r.router_queue_s is not None]),
+        "transfer_ms": _stats_ms([r.transfer_s for r in done if r.transfer_s is not None]),
+        "decode_queue_ms": _stats_ms([r.decode_queue_s for r in done if r.decode_queue_s is not None]),
         "itl_ms_token_weighted": weighted,
         "throughput": {
             "requests_per_s": len(done) / duration_s if duration_s > 0 else None,
@@ -154,8 +160,10 @@ def render_text(summary: dict[str, Any], title: str = "") -> str:
     lines.append(f"requests: {c['completed']} completed, {c['rejected']} rejected, "
                  f"{c['incomplete']} incomplete (of {c['total']})")
     lines.append(f"{'':10}{'mean':>11}{'p50':>11}{'p90':>11}{'p99':>11}")
-    for key, label in (("ttft_ms", "TTFT ms"), ("itl_ms", "ITL ms"), ("e2e_ms", "E2E ms"),
-                       ("queue_ms", "queue ms")):
+    rows = [("ttft_ms", "TTFT ms"), ("itl_ms", "ITL ms"), ("e2e_ms", "E2E ms"), ("queue_ms", "queue ms")]
+    if summary.get("transfer_ms") is not None:
+        rows += [("transfer_ms", "link ms"), ("decode_queue_ms", "dec. queue")]
+    for key, label in rows:
         st = summary[key]
         if st is None:
             lines.append(f"{label:10}{'-':>11}{'-':>11}{'-':>11}{'-':>11}")

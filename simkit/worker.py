@@ -230,6 +230,7 @@ class Worker:
                 probe.finished(seq.rid, now, COMPLETED)
             block_size = sched.block_size
             for seq in prefilled:
+                probe.prefilled(seq.rid, now)
                 self.handoff(Handoff(seq.req, seq.keys, block_size), self)
 
     def _decode_run(self, batch, k: int):

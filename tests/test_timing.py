@@ -85,6 +85,10 @@ def test_disaggregated_ttft_counts_link_transfer_and_latency_once():
                link={"bandwidth_gb_per_s": 10.0, "latency_ms": 1.5, "channels": 1})
     transfer = 2000 * 131072 / 10e9 * 1000 + 1.5
     assert ttft(r) == ms(P(2000) + transfer + D(2000))
+    # the breakdown: prefill ends at P(2000); the link takes `transfer`; the idle decode worker
+    # admits at once, so TTFT = queue 0 + P + transfer + decode queue 0 + D
+    assert r.prefilled_at * 1000 == ms(P(2000))
+    assert r.transfer_s * 1000 == ms(transfer) and r.decode_queue_s == 0.0
 
 
 def test_link_channels_serialise_transfers():
