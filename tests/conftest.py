@@ -4,11 +4,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import os
+
 import pytest
+from hypothesis import settings
 
 from simkit.config import scenario_from_dict
 from simkit.request import Request
 from simkit.sim import simulate
+
+# CI replays a fixed set of generated examples (reproducible, never flaky); local runs draw new
+# ones every time and so keep exploring
+settings.register_profile("ci", derandomize=True, print_blob=True)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"
