@@ -110,14 +110,16 @@ class VllmScheduler:
     def fits_ever(self, seq: Seq) -> bool:
         """Whether the request can ever be served here: prompt + output is within
         ``max_model_len``; its peak KV (the prompt on a prefill worker; prompt + output - 1
-        tokens elsewhere) fits in the whole cache; and without chunked prefill its prompt fits
-        in the token budget."""
+        tokens elsewhere) fits in the whole cache; and without chunked prefill that same peak
+        fits in the token budget, since a request preempted late is recomputed in one pass
+        (vLLM likewise requires ``max_num_batched_tokens >= max_model_len`` when chunked
+        prefill is off)."""
         if self.max_model_len is not None and seq.prompt_len + seq.output_len > self.max_model_len:
             return False
         peak = seq.prompt_len if self.role == "prefill" else seq.prompt_len + max(seq.output_len - 1, 0)
         if -(-peak // self.block_size) > self.kv.capacity:
             return False
-        return self.chunked or self.role == "decode" or seq.prompt_len <= self.budget
+        return self.chunked or peak <= self.budget
 
     def describe(self) -> str:
         """One line of queue and KV state, for diagnostics."""

@@ -183,3 +183,21 @@ def test_quiet_prints_only_the_path_and_default_folders_never_collide(tmp_path, 
         assert main([scen, "--quiet", "--no-plots", *SMALL]) == 0
     paths = capsys.readouterr().out.split()
     assert len(set(paths)) == 3 and all((tmp_path / p / "summary.json").exists() for p in paths)
+
+
+def test_without_chunked_prefill_a_request_whose_recompute_cannot_fit_a_pass_is_rejected():
+    # regression (found by hypothesis): on a 17-block decode worker a 248-token request was
+    # preempted after 9 tokens; its recompute (257 tokens) exceeded the 256-token budget with
+    # chunked prefill off, so it could never be readmitted. Now it is rejected on arrival.
+    pool = dict(block_size=16, num_gpu_blocks=17, max_num_batched_tokens=256, max_num_seqs=2,
+                enable_prefix_caching=False, enable_chunked_prefill=False)
+    from simkit.config import scenario_from_dict
+    from simkit.request import Request
+
+    s = scenario_from_dict({"pools": {"prefill": dict(pool, workers=2), "decode": dict(pool, workers=1)}})
+    records = simulate(s, [Request(0, 0.0, 248, 10, (0, 1, 2, 3), 64), Request(1, 0.0, 1, 11, (0,), 64)], check=True)
+    assert records.stop_reason == "completed"
+    assert [r.status for r in records.requests] == ["rejected", "completed"]
+    # 248 + 8 = 256 fits: served
+    records = simulate(s, [Request(0, 0.0, 248, 9, (0, 1, 2, 3), 64), Request(1, 0.0, 1, 11, (0,), 64)], check=True)
+    assert [r.status for r in records.requests] == ["completed", "completed"]
