@@ -65,12 +65,9 @@ def chrome_trace(records: RunRecords) -> dict:
                                 "preempted": p.preempted, "admitted": p.admitted}})
     link = len(pools) + 1
     for r in records.requests:
-        if r.handed_off_at is not None and r.prefill_worker is not None:
-            ends = [p.end_at for p in records.pass_log or () if p.pool == "prefill"
-                    and p.worker == r.prefill_worker and p.end_at <= r.handed_off_at]
-            start = max(ends) if ends else r.handed_off_at
+        if r.transfer_s is not None:
             events.append({"name": f"KV of request {r.rid}", "ph": "X", "pid": link, "tid": r.prefill_worker,
-                           "ts": start * 1e6, "dur": (r.handed_off_at - start) * 1e6,
+                           "ts": r.prefilled_at * 1e6, "dur": r.transfer_s * 1e6,
                            "args": {"prompt_tokens": r.input_length}})
     names = [{"name": "process_name", "ph": "M", "pid": pid, "args": {"name": f"{pool} pool"}}
              for pool, pid in pools.items()]

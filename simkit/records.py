@@ -11,6 +11,11 @@ from typing import Optional
 from attrs import frozen
 
 
+def _between(start: Optional[float], end: Optional[float]) -> Optional[float]:
+    """``end - start``, or None when either is unknown."""
+    return None if start is None or end is None else end - start
+
+
 @frozen(slots=True)
 class RequestRecord:
     """What happened to one request.
@@ -43,9 +48,7 @@ class RequestRecord:
     @property
     def ttft_s(self) -> Optional[float]:
         """Time to first token: first token - arrival."""
-        if self.first_token_at is None or self.arrived_at is None:
-            return None
-        return self.first_token_at - self.arrived_at
+        return _between(self.arrived_at, self.first_token_at)
 
     @property
     def itl_s(self) -> Optional[float]:
@@ -57,38 +60,28 @@ class RequestRecord:
     @property
     def e2e_s(self) -> Optional[float]:
         """End-to-end latency: completion - arrival."""
-        if self.finished_at is None or self.arrived_at is None:
-            return None
-        return self.finished_at - self.arrived_at
+        return _between(self.arrived_at, self.finished_at)
 
     @property
     def transfer_s(self) -> Optional[float]:
         """Disaggregated: time on the handoff link, channel wait included (handed off -
         prefilled)."""
-        if self.handed_off_at is None or self.prefilled_at is None:
-            return None
-        return self.handed_off_at - self.prefilled_at
+        return _between(self.prefilled_at, self.handed_off_at)
 
     @property
     def decode_queue_s(self) -> Optional[float]:
         """Disaggregated: wait for a decode worker to admit it (decode admission - handed off)."""
-        if self.decode_admitted_at is None or self.handed_off_at is None:
-            return None
-        return self.decode_admitted_at - self.handed_off_at
+        return _between(self.handed_off_at, self.decode_admitted_at)
 
     @property
     def router_queue_s(self) -> Optional[float]:
         """Time waiting in the router queue: dispatch - arrival."""
-        if self.dispatched_at is None or self.arrived_at is None:
-            return None
-        return self.dispatched_at - self.arrived_at
+        return _between(self.arrived_at, self.dispatched_at)
 
     @property
     def queue_s(self) -> Optional[float]:
         """Queue time: first admission - arrival."""
-        if self.first_admitted_at is None or self.arrived_at is None:
-            return None
-        return self.first_admitted_at - self.arrived_at
+        return _between(self.arrived_at, self.first_admitted_at)
 
 
 @frozen(slots=True)
