@@ -13,7 +13,7 @@ import os
 from typing import Any, Mapping, Optional, Sequence, Union
 
 from simkit.config import Scenario, load_scenario, override, scenario_from_dict, yaml_load
-from simkit.output import write_run
+from simkit.output import rows_table, write_run
 from simkit.records import RunRecords
 from simkit.report import render_text, request_rows, summarize
 from simkit.request import Request
@@ -106,7 +106,6 @@ def run(scenario: Union[str, os.PathLike, Mapping, Scenario], overrides: Optiona
         simkit.ConfigError: an invalid scenario or override (one message per problem).
         simkit.trace.TraceError: the workload's trace file is missing or malformed.
     """
-    import pandas as pd
 
     s = _scenario(scenario, overrides)
     sim = build(s, requests, record_token_times=True, record_passes=record_passes)
@@ -116,7 +115,8 @@ def run(scenario: Union[str, os.PathLike, Mapping, Scenario], overrides: Optiona
         attach_progress(sim)
     records = sim.run(check=check)
     summary = summarize(records, s.sla)
-    return Result(s, summary, pd.DataFrame(request_rows(records)), records, label)
+    # typed like requests.parquet, so a saved and reloaded result has the same dtypes
+    return Result(s, summary, rows_table(request_rows(records)).to_pandas(), records, label)
 
 
 def load_result(out_dir: str, label: Optional[str] = None) -> Result:

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
+import tempfile
 import time
 from typing import Optional, Sequence
 
@@ -61,6 +63,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--timeline", action="store_true",
                    help="record every forward pass: write timeline.json (Chrome/Perfetto trace of passes per "
                         "worker and KV transfers) and a pass-timeline plot; memory grows with the passes")
+    p.add_argument("--stream", action="store_true",
+                   help="replay a long workload with memory bounded by the requests in flight: requests are "
+                        "read as the run reaches them and records written to disk as requests end (rows of "
+                        "requests.jsonl then come in completion order)")
     p.add_argument("--no-plots", action="store_true", help="do not draw the latency CDF plot")
     p.add_argument("--quiet", action="store_true",
                    help="print only the output folder's path (no table, no progress bar)")
@@ -251,13 +257,38 @@ def _run_cli(args, argv: list, interrupts: _Interrupts) -> int:
     problem = _check_out(out_dir, args.force, inputs)
     if problem:
         return _fail([problem])
+    if args.stream and getattr(scenario.workload, "max_in_flight", None) is not None:
+        return _fail([f"{args.scenario}: --stream cannot replay a closed loop (workload.max_in_flight): "
+                      "it needs the whole workload; run without --stream"])
+    return _simulate_and_write(args, argv, interrupts, scenario, out_dir)
+
+
+def _simulate_and_write(args, argv: list, interrupts: _Interrupts, scenario, out_dir: str) -> int:
     wall0 = time.perf_counter()
+    sink = spool_dir = None
     try:
-        # no output file holds token timelines yet, so they are not recorded
-        sim = build(scenario, record_token_times=False, fast_forward=not args.per_pass,
-                    record_passes=args.timeline)
-    except TraceError as exc:
+        if args.stream:
+            from simkit.spool import RequestSpool
+
+            parent = os.path.dirname(os.path.abspath(out_dir))
+            os.makedirs(parent, exist_ok=True)
+            spool_dir = tempfile.mkdtemp(prefix=".simkit-spool-", dir=parent)
+            sink = RequestSpool(os.path.join(spool_dir, "records.parquet"))
+        try:
+            # no output file holds token timelines yet, so they are not recorded
+            sim = build(scenario, record_token_times=False, fast_forward=not args.per_pass,
+                        record_passes=args.timeline, stream=args.stream, sink=sink)
+        except TraceError as exc:
+            return _fail([str(exc)])
+        return _run_and_write(args, argv, interrupts, scenario, out_dir, sim, wall0)
+    except TraceError as exc:  # a streamed trace's bad line, met during the run
         return _fail([str(exc)])
+    finally:
+        if spool_dir is not None:
+            shutil.rmtree(spool_dir, ignore_errors=True)
+
+
+def _run_and_write(args, argv: list, interrupts: _Interrupts, scenario, out_dir: str, sim, wall0: float) -> int:
     load_s = time.perf_counter() - wall0
     if not args.quiet and sys.stderr.isatty():
         from simkit.progress import attach_progress

@@ -3,16 +3,21 @@
 A request's arrival is the moment the source released it (its trace time, or later for a
 follow-up turn, a dependent agent step or a session waiting for a closed-loop slot).
 
-Per-request state lives in flat lists indexed by request id (ids are 0..N-1), so a token
-costs a few list writes, not an object. Token times are kept per request in compact
-``array('d')`` buffers when asked for. ``all_done`` succeeds when every request has ended.
+Only requests in flight hold state here: a request's timeline is a small slotted object from
+its arrival to its end; at its end it becomes a frozen
+:class:`~simkit.records.RequestRecord` handed to the *sink* (a list by default, or a
+:class:`~simkit.spool.RequestSpool` that writes records to disk as the run goes, so memory
+follows the requests in flight, not the trace length). Token times are kept per request in
+compact ``array('d')`` buffers when asked for. ``all_done`` succeeds when every request has
+ended: all ``expected`` of them, or, for a streamed workload of unknown length, all that the
+source released once it reports (:meth:`Collector.expect`) how many there were.
 Layer L3: owns one SimPy ``Event``.
 """
 
 from __future__ import annotations
 
 from array import array
-from typing import Optional, Sequence
+from typing import Iterable, Optional
 
 import simpy
 
@@ -25,161 +30,199 @@ class InvariantError(AssertionError):
     """The simulation's own bookkeeping broke a conservation rule (a simkit bug)."""
 
 
-class Collector:
-    """Records what the probe reports about ``requests`` (ids must be 0..N-1)."""
+class _Live:
+    """The timeline of one request in flight (times in simulation seconds)."""
 
-    def __init__(self, env: simpy.Environment, requests: Sequence[Request],
-                 record_token_times: bool = True) -> None:
-        n = len(requests)
+    __slots__ = ("input_length", "output_length", "arrived_at", "dispatched_at", "first_admitted_at",
+                 "first_token_at", "second_token_at", "last_token_at", "n_tokens", "prefilled_at",
+                 "handed_off_at", "decode_admitted_at", "cached_tokens", "prefill_worker", "decode_worker",
+                 "times")
+
+    def __init__(self, request: Request, at: float, times: Optional[array]) -> None:
+        self.input_length = request.input_length
+        self.output_length = request.output_length
+        self.arrived_at = at
+        self.dispatched_at = self.first_admitted_at = None
+        self.first_token_at = self.second_token_at = self.last_token_at = None
+        self.prefilled_at = self.handed_off_at = self.decode_admitted_at = None
+        self.prefill_worker = self.decode_worker = None
+        self.n_tokens = 0
+        self.cached_tokens = 0
+        self.times = times
+
+    def record(self, rid: int, status: str, finished_at: Optional[float]) -> RequestRecord:
+        return RequestRecord(
+            rid=rid, arrived_at=self.arrived_at, dispatched_at=self.dispatched_at,
+            input_length=self.input_length, requested_output_length=self.output_length,
+            output_length=self.n_tokens, status=status, first_admitted_at=self.first_admitted_at,
+            first_token_at=self.first_token_at, second_token_at=self.second_token_at,
+            last_token_at=self.last_token_at, finished_at=finished_at, prefilled_at=self.prefilled_at,
+            handed_off_at=self.handed_off_at, decode_admitted_at=self.decode_admitted_at,
+            cached_tokens=self.cached_tokens, prefill_worker=self.prefill_worker,
+            decode_worker=self.decode_worker)
+
+
+def not_arrived_record(request: Request) -> RequestRecord:
+    """The record of a request the run stopped before releasing (a time cap)."""
+    return RequestRecord(
+        rid=request.rid, arrived_at=None, dispatched_at=None, input_length=request.input_length,
+        requested_output_length=request.output_length, output_length=0, status=INCOMPLETE,
+        first_admitted_at=None, first_token_at=None, second_token_at=None, last_token_at=None,
+        finished_at=None, prefilled_at=None, handed_off_at=None, decode_admitted_at=None, cached_tokens=0,
+        prefill_worker=None, decode_worker=None)
+
+
+class Collector:
+    """Records what the probe reports.
+
+    ``requests`` maps a request id to its :class:`Request` while the request is released (a
+    list indexed by id, or the streaming source's dict of requests read and not yet ended);
+    ``expected`` is the number of requests when known up front (None: streamed, see
+    :meth:`expect`). ``sink`` receives each request's record when it ends (``append``).
+    """
+
+    def __init__(self, env: simpy.Environment, requests, record_token_times: bool = True,
+                 expected: Optional[int] = None, sink=None) -> None:
         self.env = env
         self.requests = requests
-        self.arrived_at: list[Optional[float]] = [None] * n
-        self.dispatched_at: list[Optional[float]] = [None] * n
-        self.first_admitted_at: list[Optional[float]] = [None] * n
-        self.first_token_at: list[Optional[float]] = [None] * n
-        self.second_token_at: list[Optional[float]] = [None] * n
-        self.last_token_at: list[Optional[float]] = [None] * n
-        self.n_tokens = [0] * n
-        self.finished_at: list[Optional[float]] = [None] * n
-        self.status: list[Optional[str]] = [None] * n
-        self.handed_off_at: list[Optional[float]] = [None] * n
-        self.prefilled_at: list[Optional[float]] = [None] * n
-        self.decode_admitted_at: list[Optional[float]] = [None] * n
-        self.cached_tokens = [0] * n
-        self.prefill_worker: list[Optional[int]] = [None] * n
-        self.decode_worker: list[Optional[int]] = [None] * n
-        self.token_times = [array("d") for _ in range(n)] if record_token_times else None
+        self.record_token_times = record_token_times
+        self.live: dict[int, _Live] = {}
+        self.sink = [] if sink is None else sink
+        self.token_times: Optional[dict[int, array]] = {} if record_token_times else None
         self.prompt_lookup_tokens = 0
         self.prompt_hit_tokens = 0
-        self.remaining = n
+        self.ended_count = 0
         self.arrived_count = 0
+        self.expected = expected
         #: called as listener(rid, at, status) when a request ends (the source's dependents)
         self.listeners: list = []
         self.all_done = env.event()
-        if n == 0:
+        if expected == 0:
+            self.all_done.succeed()
+
+    @property
+    def remaining(self) -> Optional[int]:
+        """Requests not ended yet (None while a streamed workload's length is unknown)."""
+        return None if self.expected is None else self.expected - self.ended_count
+
+    def expect(self, total: int) -> None:
+        """The streaming source read its last request: ``total`` requests in all."""
+        self.expected = total
+        if self.ended_count == total and not self.all_done.triggered:
             self.all_done.succeed()
 
     # ------------------------------------------------------------------ probe
 
     def arrived(self, rid: int, at: float) -> None:
-        self.arrived_at[rid] = at
+        times = array("d") if self.token_times is not None else None
+        self.live[rid] = _Live(self.requests[rid], at, times)
+        if times is not None:
+            self.token_times[rid] = times
         self.arrived_count += 1
 
     def dispatched(self, rid: int, at: float) -> None:
-        self.dispatched_at[rid] = at
+        self.live[rid].dispatched_at = at
 
     def admitted(self, rid: int, at: float, pool: str, worker: int, cached_tokens: int,
                  lookup_tokens: int) -> None:
+        st = self.live[rid]
         if pool == "decode":
-            self.decode_worker[rid] = worker
-            if self.decode_admitted_at[rid] is None:
-                self.decode_admitted_at[rid] = at
+            st.decode_worker = worker
+            if st.decode_admitted_at is None:
+                st.decode_admitted_at = at
             return
-        if self.first_admitted_at[rid] is None:
-            self.first_admitted_at[rid] = at
-            self.cached_tokens[rid] = cached_tokens
+        if st.first_admitted_at is None:
+            st.first_admitted_at = at
+            st.cached_tokens = cached_tokens
         if pool == "prefill":
-            self.prefill_worker[rid] = worker
+            st.prefill_worker = worker
         else:
-            self.decode_worker[rid] = worker
+            st.decode_worker = worker
         self.prompt_lookup_tokens += lookup_tokens
         self.prompt_hit_tokens += cached_tokens
 
-    def tokens(self, rids: Sequence[int], at: float) -> None:
-        n_tokens, last = self.n_tokens, self.last_token_at
-        times = self.token_times
-        requests = self.requests
+    def tokens(self, rids, at: float) -> None:
+        live = self.live
         for rid in rids:
-            count = n_tokens[rid]
-            if count >= requests[rid].output_length:
-                raise InvariantError(f"request {rid} produced more than its {requests[rid].output_length} "
+            st = live[rid]
+            count = st.n_tokens
+            if count >= st.output_length:
+                raise InvariantError(f"request {rid} produced more than its {st.output_length} "
                                      f"output tokens (at t={at:.6f} s)")
             if count == 0:
-                self.first_token_at[rid] = at
+                st.first_token_at = at
             elif count == 1:
-                self.second_token_at[rid] = at
-            n_tokens[rid] = count + 1
-            last[rid] = at
-            if times is not None:
-                times[rid].append(at)
+                st.second_token_at = at
+            st.n_tokens = count + 1
+            st.last_token_at = at
+            if st.times is not None:
+                st.times.append(at)
 
-    def token_run(self, rids: Sequence[int], times: Sequence[float]) -> None:
-        n_tokens, last = self.n_tokens, self.last_token_at
-        token_times = self.token_times
+    def token_run(self, rids, times) -> None:
+        live = self.live
         n = len(times)
-        requests = self.requests
         for rid in rids:
-            count = n_tokens[rid]
-            if count + n > requests[rid].output_length:
-                raise InvariantError(f"request {rid} produced more than its {requests[rid].output_length} "
+            st = live[rid]
+            count = st.n_tokens
+            if count + n > st.output_length:
+                raise InvariantError(f"request {rid} produced more than its {st.output_length} "
                                      f"output tokens (at t={times[-1]:.6f} s)")
             if count == 0:
-                self.first_token_at[rid] = times[0]
+                st.first_token_at = times[0]
                 if n > 1:
-                    self.second_token_at[rid] = times[1]
+                    st.second_token_at = times[1]
             elif count == 1:
-                self.second_token_at[rid] = times[0]
-            n_tokens[rid] = count + n
-            last[rid] = times[-1]
-            if token_times is not None:
-                token_times[rid].extend(times)
+                st.second_token_at = times[0]
+            st.n_tokens = count + n
+            st.last_token_at = times[-1]
+            if st.times is not None:
+                st.times.extend(times)
 
     def prefilled(self, rid: int, at: float) -> None:
-        self.prefilled_at[rid] = at
+        self.live[rid].prefilled_at = at
 
     def handed_off(self, rid: int, at: float) -> None:
-        self.handed_off_at[rid] = at
+        self.live[rid].handed_off_at = at
 
     def finished(self, rid: int, at: float, status: str) -> None:
-        if self.status[rid] is not None:
-            raise InvariantError(f"request {rid} ended twice ({self.status[rid]}, then {status}) "
-                                 f"(at t={at:.6f} s)")
-        self.status[rid] = status
-        self.finished_at[rid] = at
-        self.remaining -= 1
+        st = self.live.pop(rid, None)
+        if st is None:
+            raise InvariantError(f"request {rid} ended ({status}) but is not in flight: it ended before, "
+                                 f"or never arrived (at t={at:.6f} s)")
+        self.sink.append(st.record(rid, status, at if status == COMPLETED else None))
+        self.ended_count += 1
         for listener in self.listeners:
             listener(rid, at, status)
-        if self.remaining == 0:
+        if self.ended_count == self.expected:
             self.all_done.succeed()
 
     # ------------------------------------------------------------------ results
 
-    @property
-    def ended_count(self) -> int:
-        return len(self.requests) - self.remaining
-
     def finalize(self, end_at: float, worker_seconds: dict, passes: dict, stop_reason: str = "completed",
-                 stop_detail: Optional[str] = None) -> RunRecords:
-        """Freeze everything into :class:`RunRecords`; unfinished requests are incomplete."""
-        rows = []
-        for req in self.requests:
-            rid = req.rid
-            status = self.status[rid] or INCOMPLETE
-            rows.append(RequestRecord(
-                rid=rid,
-                arrived_at=self.arrived_at[rid],
-                dispatched_at=self.dispatched_at[rid],
-                input_length=req.input_length,
-                requested_output_length=req.output_length,
-                output_length=self.n_tokens[rid],
-                status=status,
-                first_admitted_at=self.first_admitted_at[rid],
-                first_token_at=self.first_token_at[rid],
-                second_token_at=self.second_token_at[rid],
-                last_token_at=self.last_token_at[rid],
-                finished_at=self.finished_at[rid] if status == COMPLETED else None,
-                prefilled_at=self.prefilled_at[rid],
-                handed_off_at=self.handed_off_at[rid],
-                decode_admitted_at=self.decode_admitted_at[rid],
-                cached_tokens=self.cached_tokens[rid],
-                prefill_worker=self.prefill_worker[rid],
-                decode_worker=self.decode_worker[rid],
-            ))
+                 stop_detail: Optional[str] = None, not_arrived: Iterable[Request] = ()) -> RunRecords:
+        """Freeze everything into :class:`RunRecords`: the records of ended requests, then those
+        still in flight (incomplete, with their partial timelines), then ``not_arrived``.
+
+        With a list sink the records come ordered by ``rid``; a spool keeps the order of
+        writing and is closed here.
+        """
+        sink = self.sink
+        for rid in sorted(self.live):
+            sink.append(self.live[rid].record(rid, INCOMPLETE, None))
+        for request in not_arrived:
+            sink.append(not_arrived_record(request))
         token_times = None
-        if self.token_times is not None:
-            token_times = tuple(self.token_times)
+        if isinstance(sink, list):
+            sink.sort(key=lambda r: r.rid)
+            requests = tuple(sink)
+            if self.token_times is not None:
+                empty = array("d")
+                token_times = tuple(self.token_times.get(r.rid, empty) for r in requests)
+        else:
+            sink.close()
+            requests = sink
         return RunRecords(
-            requests=tuple(rows),
+            requests=requests,
             end_at=end_at,
             worker_seconds=worker_seconds,
             prompt_lookup_tokens=self.prompt_lookup_tokens,

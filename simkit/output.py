@@ -21,7 +21,7 @@ from typing import Optional
 
 from simkit.config import Scenario, dump_scenario
 from simkit.records import RunRecords
-from simkit.report import request_rows
+from simkit.report import ROW_INT_COLUMNS, iter_request_rows
 
 
 def _finite_json(value):
@@ -35,17 +35,57 @@ def _finite_json(value):
     return value
 
 
-def _write_parquet(rows: list[dict], path: str) -> None:
-    """The per-request rows as a Parquet table, through pyarrow alone (importing pandas would
-    cost the CLI half a second and 100 MB for nothing it needs)."""
+def _row_schema(names):
+    """Parquet types of the request rows: declared, not inferred, so that a column that is
+    null in one batch (say, no transfers yet) keeps its type."""
+    import pyarrow as pa
+
+    def kind(name: str):
+        if name == "status":
+            return pa.string()
+        return pa.int64() if name in ROW_INT_COLUMNS else pa.float64()
+
+    return pa.schema([(name, kind(name)) for name in names])
+
+
+def rows_table(rows: list[dict]):
+    """Request rows (:func:`~simkit.report.request_row`) as a pyarrow Table with the declared
+    column types (what ``requests.parquet`` holds)."""
+    import pyarrow as pa
+
+    if not rows:
+        return pa.table({})
+    names = list(rows[0])
+    # column by column: much cheaper than pyarrow's row-wise from_pylist
+    return pa.table({n: [row[n] for row in rows] for n in names}, schema=_row_schema(names))
+
+
+def _write_rows(records: RunRecords, scenario_text: str, jsonl_path: str, parquet_path: str) -> str:
+    """Write the per-request rows to JSONL and Parquet a batch at a time (through pyarrow
+    alone: importing pandas would cost the CLI half a second and 100 MB for nothing it needs);
+    return the run digest: SHA-256 of the resolved scenario, a NUL and the JSONL text."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    if not rows:
-        pq.write_table(pa.table({}), path)
-        return
-    # column by column: much cheaper than pyarrow's row-wise from_pylist
-    pq.write_table(pa.table({name: [row[name] for row in rows] for name in rows[0]}), path)
+    digest = hashlib.sha256((scenario_text + "\0").encode("utf-8"))
+    writer = None
+    try:
+        with open(jsonl_path, "w", encoding="utf-8") as f:
+            for rows in iter_request_rows(records):
+                # request_row gives finite floats or None; allow_nan=False would catch a slip
+                text = "".join(json.dumps(row, allow_nan=False) + "\n" for row in rows)
+                f.write(text)
+                digest.update(text.encode("utf-8"))
+                table = rows_table(rows)
+                if writer is None:
+                    writer = pq.ParquetWriter(parquet_path, table.schema)
+                writer.write_table(table)
+        if writer is None:
+            pq.write_table(pa.table({}), parquet_path)
+    finally:
+        if writer is not None:
+            writer.close()
+    return digest.hexdigest()
 
 
 def chrome_trace(records: RunRecords) -> dict:
@@ -89,26 +129,21 @@ def write_run(out_dir: str, scenario: Scenario, records: RunRecords, summary: di
         raise FileExistsError(out_dir)
     parent = os.path.dirname(out_dir)
     os.makedirs(parent, exist_ok=True)
-    rows = request_rows(records)
-    # request_rows gives finite floats or None; allow_nan=False would catch a slip
-    rows_text = "".join(json.dumps(row, allow_nan=False) + "\n" for row in rows)
     scenario_text = dump_scenario(scenario)
-    # a fingerprint of everything the run computed: equal digests mean byte-identical results
-    digest = hashlib.sha256((scenario_text + "\0" + rows_text).encode("utf-8")).hexdigest()
-    summary = dict(summary, run_digest=digest)
     tmp = tempfile.mkdtemp(prefix=".simkit-", dir=parent)
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes 0700; a results folder is an ordinary folder
     try:
+        # a fingerprint of everything the run computed: equal digests mean byte-identical results
+        digest = _write_rows(records, scenario_text, os.path.join(tmp, "requests.jsonl"),
+                             os.path.join(tmp, "requests.parquet"))
+        summary = dict(summary, run_digest=digest)
         with open(os.path.join(tmp, "summary.json"), "w", encoding="utf-8") as f:
             json.dump(_finite_json(summary), f, indent=2, allow_nan=False)
             f.write("\n")
-        with open(os.path.join(tmp, "requests.jsonl"), "w", encoding="utf-8") as f:
-            f.write(rows_text)
         with open(os.path.join(tmp, "scenario.resolved.yaml"), "w", encoding="utf-8") as f:
             f.write(scenario_text)
-        _write_parquet(rows, os.path.join(tmp, "requests.parquet"))
         info = dict(run_info, python=platform.python_version(), host=platform.node())
         with open(os.path.join(tmp, "run_info.json"), "w", encoding="utf-8") as f:
             json.dump(info, f, indent=2)

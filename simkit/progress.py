@@ -9,7 +9,9 @@ def attach_progress(sim) -> None:
     """Show a tqdm bar for ``sim`` (a built Simulation) on stderr while it runs."""
     from tqdm import tqdm
 
-    bar = tqdm(total=len(sim.requests), unit="req", desc=sim.scenario.name, leave=False,
+    # a streamed trace's length is unknown until it is read to the end
+    total = len(sim.requests) if sim.requests is not None else getattr(sim.scenario.workload, "num_requests", None)
+    bar = tqdm(total=total, unit="req", desc=sim.scenario.name, leave=False,
                mininterval=0.5, dynamic_ncols=True)
 
     def ended(rid: int, at: float, status: str) -> None:

@@ -13,7 +13,7 @@ Layer L5: imports records and config only; never sees a live environment.
 from __future__ import annotations
 
 import math
-from typing import Any, Optional, Sequence
+from typing import Any, Iterator, Optional, Sequence
 
 import numpy as np
 
@@ -21,7 +21,8 @@ from simkit.config import SlaSpec
 from simkit.records import RunRecords
 from simkit.units import MS_PER_S
 
-__all__ = ["nearest_rank", "request_rows", "summarize", "render_text"]
+__all__ = ["iter_request_rows", "nearest_rank", "record_columns", "request_row", "request_rows", "summarize",
+           "render_text"]
 
 PERCENTILES = (50, 90, 99)
 
@@ -34,29 +35,49 @@ def _ms(value: Optional[float]) -> Optional[float]:
     return ms if math.isfinite(ms) else None
 
 
+def request_row(r) -> dict[str, Any]:
+    """The JSON-ready row of one RequestRecord (times in ms since the earliest arrival)."""
+    return {
+        "id": r.rid,
+        "arrival_ms": _ms(r.arrived_at),
+        "input_length": r.input_length,
+        "output_length": r.output_length,
+        "requested_output_length": r.requested_output_length,
+        "ttft_ms": _ms(r.ttft_s),
+        "itl_ms": _ms(r.itl_s),
+        "e2e_ms": _ms(r.e2e_s),
+        "queue_ms": _ms(r.queue_s),
+        "router_queue_ms": _ms(r.router_queue_s),
+        "transfer_ms": _ms(r.transfer_s),
+        "decode_queue_ms": _ms(r.decode_queue_s),
+        "status": r.status,
+        "cached_tokens": r.cached_tokens,
+        "prefill_worker": r.prefill_worker,
+        "decode_worker": r.decode_worker,
+    }
+
+
+#: the column types of request rows (JSON null = a missing value): ints, floats (ms) and status
+ROW_INT_COLUMNS = ("id", "input_length", "output_length", "requested_output_length", "cached_tokens",
+                   "prefill_worker", "decode_worker")
+
+
 def request_rows(records: RunRecords) -> list[dict[str, Any]]:
     """One JSON-ready dict per request (times in ms since the earliest arrival)."""
-    rows = []
+    return [request_row(r) for r in records.requests]
+
+
+def iter_request_rows(records: RunRecords, batch_rows: int = 8192) -> Iterator[list[dict[str, Any]]]:
+    """:func:`request_rows` in lists of at most ``batch_rows`` (a spooled run is read back a
+    batch at a time)."""
+    batch = []
     for r in records.requests:
-        rows.append({
-            "id": r.rid,
-            "arrival_ms": _ms(r.arrived_at),
-            "input_length": r.input_length,
-            "output_length": r.output_length,
-            "requested_output_length": r.requested_output_length,
-            "ttft_ms": _ms(r.ttft_s),
-            "itl_ms": _ms(r.itl_s),
-            "e2e_ms": _ms(r.e2e_s),
-            "queue_ms": _ms(r.queue_s),
-            "router_queue_ms": _ms(r.router_queue_s),
-            "transfer_ms": _ms(r.transfer_s),
-            "decode_queue_ms": _ms(r.decode_queue_s),
-            "status": r.status,
-            "cached_tokens": r.cached_tokens,
-            "prefill_worker": r.prefill_worker,
-            "decode_worker": r.decode_worker,
-        })
-    return rows
+        batch.append(request_row(r))
+        if len(batch) >= batch_rows:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
 
 
 def nearest_rank(sorted_values: Sequence[float], q: float) -> float:
@@ -76,6 +97,38 @@ def _stats_ms(values_s: list) -> Optional[dict]:
     return out
 
 
+_SUMMARY_FIELDS = ("rid", "status", "arrived_at", "dispatched_at", "first_admitted_at", "first_token_at",
+                   "last_token_at", "finished_at", "prefilled_at", "handed_off_at", "decode_admitted_at",
+                   "output_length")
+
+
+def record_columns(requests, names: Sequence[str] = _SUMMARY_FIELDS) -> dict[str, np.ndarray]:
+    """Columns of request records ordered by ``rid``: floats with NaN for a missing time, ints,
+    ``status`` as strings. ``requests`` is a sequence of RequestRecord or a spool (read a column
+    at a time, so a streamed run's records never sit in memory as objects)."""
+    if hasattr(requests, "columns"):
+        cols = requests.columns(tuple(names))
+        order = np.argsort(cols["rid"], kind="stable")
+        return {name: col[order] for name, col in cols.items()}
+    out = {}
+    for name in names:
+        values = [getattr(r, name) for r in requests]
+        if name == "status":
+            out[name] = np.asarray(values, dtype=object)
+        elif name in ("rid", "output_length"):
+            out[name] = np.asarray(values, dtype=np.int64)
+        else:
+            out[name] = np.asarray(values, dtype=float)
+    return out
+
+
+def _gap(cols: dict, start: str, end: str, rows: np.ndarray) -> list:
+    """``end - start`` in seconds for the selected rows where both are known, by rid."""
+    a, b = cols[start][rows], cols[end][rows]
+    keep = ~(np.isnan(a) | np.isnan(b))
+    return (b[keep] - a[keep]).tolist()
+
+
 def summarize(records: RunRecords, sla: Optional[SlaSpec] = None) -> dict[str, Any]:
     """A JSON-ready summary of ``records``.
 
@@ -91,30 +144,39 @@ def summarize(records: RunRecords, sla: Optional[SlaSpec] = None) -> dict[str, A
     pool; ``stop`` {reason, detail, incomplete}: why the run ended and whether it is partial; and
     ``goodput`` {requests_per_s, output_tokens_per_s, fraction} when ``sla`` sets a
     bound.
+
+    Works on columns (:func:`record_columns`), so it costs a few arrays per request however
+    the records are held.
     """
-    reqs = records.requests
-    done = [r for r in reqs if r.status == "completed"]
+    cols = record_columns(records.requests)
+    status = cols["status"]
+    done = np.flatnonzero(status == "completed")
+    n_total = len(status)
     counts = {
-        "total": len(reqs),
+        "total": n_total,
         "completed": len(done),
-        "rejected": sum(r.status == "rejected" for r in reqs),
-        "incomplete": sum(r.status == "incomplete" for r in reqs),
+        "rejected": int(np.count_nonzero(status == "rejected")),
+        "incomplete": int(np.count_nonzero(status == "incomplete")),
         # of the incomplete, those never released before the run stopped (a time cap)
-        "not_arrived": sum(r.arrived_at is None for r in reqs),
+        "not_arrived": int(np.count_nonzero(np.isnan(cols["arrived_at"]))),
     }
-    duration_s = max((r.finished_at for r in done), default=0.0)
-    out_tokens = sum(r.output_length for r in done)
-    span = [(r.last_token_at - r.first_token_at, r.output_length - 1) for r in done if r.output_length > 1]
-    weighted = sum(s for s, _ in span) / sum(n for _, n in span) * MS_PER_S if span else None
+    duration_s = float(cols["finished_at"][done].max()) if len(done) else 0.0
+    n_out = cols["output_length"][done]
+    out_tokens = int(n_out.sum())
+    multi = done[n_out > 1]  # ITL needs two tokens
+    first, last, n_multi = cols["first_token_at"][multi], cols["last_token_at"][multi], cols["output_length"][multi]
+    spans = (last - first).tolist()
+    weighted = sum(spans) / sum(n_multi.tolist()) * MS_PER_S if spans else None
+    itl = ((last - first) / (n_multi - 1)).tolist()
     summary: dict[str, Any] = {
         "requests": counts,
-        "ttft_ms": _stats_ms([r.ttft_s for r in done if r.ttft_s is not None]),
-        "itl_ms": _stats_ms([r.itl_s for r in done if r.itl_s is not None]),
-        "e2e_ms": _stats_ms([r.e2e_s for r in done]),
-        "queue_ms": _stats_ms([r.queue_s for r in done if r.queue_s is not None]),
-        "router_queue_ms": _stats_ms([r.router_queue_s for r in done if r.router_queue_s is not None]),
-        "transfer_ms": _stats_ms([r.transfer_s for r in done if r.transfer_s is not None]),
-        "decode_queue_ms": _stats_ms([r.decode_queue_s for r in done if r.decode_queue_s is not None]),
+        "ttft_ms": _stats_ms(_gap(cols, "arrived_at", "first_token_at", done)),
+        "itl_ms": _stats_ms(itl),
+        "e2e_ms": _stats_ms(_gap(cols, "arrived_at", "finished_at", done)),
+        "queue_ms": _stats_ms(_gap(cols, "arrived_at", "first_admitted_at", done)),
+        "router_queue_ms": _stats_ms(_gap(cols, "arrived_at", "dispatched_at", done)),
+        "transfer_ms": _stats_ms(_gap(cols, "prefilled_at", "handed_off_at", done)),
+        "decode_queue_ms": _stats_ms(_gap(cols, "handed_off_at", "decode_admitted_at", done)),
         "itl_ms_token_weighted": weighted,
         "throughput": {
             "requests_per_s": len(done) / duration_s if duration_s > 0 else None,
@@ -129,24 +191,35 @@ def summarize(records: RunRecords, sla: Optional[SlaSpec] = None) -> dict[str, A
                  "incomplete": counts["incomplete"] > 0 or records.stop_reason != "completed"},
     }
     if sla is not None and sla.is_set:
-        good = [r for r in done if _meets(r, sla)]
+        good = done[_meets(cols, done, sla)]
         summary["goodput"] = {
             "requests_per_s": len(good) / duration_s if duration_s > 0 else None,
-            "output_tokens_per_s": sum(r.output_length for r in good) / duration_s if duration_s > 0 else None,
+            "output_tokens_per_s": int(cols["output_length"][good].sum()) / duration_s if duration_s > 0 else None,
             # of the requests that arrived before the run stopped
-            "fraction": len(good) / (len(reqs) - counts["not_arrived"]) if len(reqs) > counts["not_arrived"] else None,
+            "fraction": (len(good) / (n_total - counts["not_arrived"]) if n_total > counts["not_arrived"]
+                         else None),
         }
     return summary
 
 
-def _meets(r, sla: SlaSpec) -> bool:
-    if sla.ttft_ms is not None and (r.ttft_s is None or r.ttft_s * MS_PER_S > sla.ttft_ms):
-        return False
-    if sla.itl_ms is not None and r.itl_s is not None and r.itl_s * MS_PER_S > sla.itl_ms:
-        return False
-    if sla.e2e_ms is not None and r.e2e_s * MS_PER_S > sla.e2e_ms:
-        return False
-    return True
+def _meets(cols: dict, rows: np.ndarray, sla: SlaSpec) -> np.ndarray:
+    """Which of the completed ``rows`` meet every bound of ``sla`` (a request with fewer than
+    two tokens has no ITL and meets the ITL bound)."""
+    arrived = cols["arrived_at"][rows]
+    ok = np.ones(len(rows), dtype=bool)
+    if sla.ttft_ms is not None:
+        ttft = cols["first_token_at"][rows] - arrived
+        ok &= ~np.isnan(ttft) & (ttft * MS_PER_S <= sla.ttft_ms)
+    if sla.itl_ms is not None:
+        n = cols["output_length"][rows]
+        first = cols["first_token_at"][rows]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            itl = (cols["last_token_at"][rows] - first) / (n - 1)
+        has_itl = (n >= 2) & ~np.isnan(first)
+        ok &= ~has_itl | (itl * MS_PER_S <= sla.itl_ms)
+    if sla.e2e_ms is not None:
+        ok &= (cols["finished_at"][rows] - arrived) * MS_PER_S <= sla.e2e_ms
+    return ok
 
 
 def render_text(summary: dict[str, Any], title: str = "") -> str:

@@ -11,7 +11,8 @@ Layer L4: the only module that imports all of L3.
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+import itertools
+from typing import Iterable, Optional, Sequence
 
 import simpy
 
@@ -28,7 +29,7 @@ from simkit.request import Request
 from simkit.rng import RngStreams
 from simkit.router import Router
 from simkit.source import Source
-from simkit.trace import load_workload
+from simkit.trace import iter_workload, load_workload
 from simkit.worker import Stuck, Worker
 
 __all__ = ["Simulation", "build", "simulate"]
@@ -37,18 +38,28 @@ __all__ = ["Simulation", "build", "simulate"]
 class Simulation:
     """A wired, not yet run, simulation (see :func:`build`)."""
 
-    def __init__(self, scenario: Scenario, requests: Sequence[Request],
+    def __init__(self, scenario: Scenario, requests: Iterable[Request],
                  record_token_times: bool = True, fast_forward: bool = True,
-                 record_passes: bool = False) -> None:
-        rids = [r.rid for r in requests]
-        if sorted(rids) != list(range(len(rids))):
-            raise ValueError("request ids must be 0..N-1, each once")
+                 record_passes: bool = False, stream: bool = False, sink=None) -> None:
         self.scenario = scenario
-        self.requests = requests
+        self.stream = stream
         env = self.env = Environment()
-        self.collector = Collector(env, sorted(requests, key=lambda r: r.rid), record_token_times)
-        probe = self.collector
+        max_in_flight = getattr(scenario.workload, "max_in_flight", None)
         self.router_queue = simpy.Store(env)
+        if stream:
+            self.requests = None
+            self.source = Source(env, requests, self.router_queue, None, max_in_flight, stream=True)
+            self.collector = Collector(env, self.source.live, record_token_times, None, sink)
+            self.source.on_exhausted = self.collector.expect
+        else:
+            rids = [r.rid for r in requests]
+            if sorted(rids) != list(range(len(rids))):
+                raise ValueError("request ids must be 0..N-1, each once")
+            self.requests = requests
+            by_rid = sorted(requests, key=lambda r: r.rid)
+            self.collector = Collector(env, by_rid, record_token_times, len(by_rid), sink)
+            self.source = Source(env, requests, self.router_queue, None, max_in_flight)
+        self.source.probe = probe = self.collector
         self.pools: dict[str, list[Worker]] = {}
         self.link: Optional[KvLink] = None
         handoff_queue = None
@@ -58,9 +69,9 @@ class Simulation:
         rank = 0
         for name, spec in scenario.pools.named():
             latency = make_latency_model(scenario.latency, spec.num_gpu_blocks * spec.block_size)
-            sink = self.link.send if name == "prefill" else None
+            handoff = self.link.send if name == "prefill" else None
             self.pools[name] = [
-                Worker(env, name, wid, name, spec, latency, probe, handoff=sink, rank=rank + wid,
+                Worker(env, name, wid, name, spec, latency, probe, handoff=handoff, rank=rank + wid,
                        fast_forward=fast_forward, horizon=scenario.max_sim_time_s,
                        record_passes=record_passes)
                 for wid in range(spec.workers)
@@ -75,8 +86,6 @@ class Simulation:
         if scenario.router_queue.enabled:
             for worker in entry:
                 worker.on_pass_end = self.router.poke
-        max_in_flight = getattr(scenario.workload, "max_in_flight", None)
-        self.source = Source(env, requests, self.router_queue, probe, max_in_flight)
         self.collector.listeners.append(self.source.ended)
         self._started = False
 
@@ -124,7 +133,8 @@ class Simulation:
         end_at = env.now
         worker_seconds = {name: len(ws) * end_at for name, ws in self.pools.items()}
         passes = {name: sum(w.passes for w in ws) for name, ws in self.pools.items()}
-        records = self.collector.finalize(end_at, worker_seconds, passes, reason, detail)
+        records = self.collector.finalize(end_at, worker_seconds, passes, reason, detail,
+                                          not_arrived=self.source.unreleased())
         workers = [w for ws in self.pools.values() for w in ws]
         if workers and workers[0].pass_log is not None:
             records = attrs.evolve(records, pass_log=tuple(p for w in workers for p in w.pass_log))
@@ -143,8 +153,8 @@ class Simulation:
     def _stuck_diagnostic(self) -> str:
         busy = [f"{w.name}: {w.sched.describe()}" for ws in self.pools.values() for w in ws
                 if w.sched.has_work() or w.sched.held]
-        left = self.collector.remaining
-        return (f"no event left at t={self.env.now:.6f} s with {left} request(s) not ended; "
+        left = self.collector.arrived_count - self.collector.ended_count
+        return (f"no event left at t={self.env.now:.6f} s with {left} released request(s) not ended; "
                 + ("; ".join(busy) if busy else "no worker holds them"))
 
     def check_invariants(self) -> None:
@@ -183,9 +193,9 @@ class Simulation:
             raise InvariantError(f"at t={now:.6f} s, requests not conserved: arrived {arrived} != {parts}")
 
 
-def build(scenario: Scenario, requests: Optional[Sequence[Request]] = None,
+def build(scenario: Scenario, requests: Optional[Iterable[Request]] = None,
           record_token_times: bool = True, fast_forward: bool = True,
-          record_passes: bool = False) -> Simulation:
+          record_passes: bool = False, stream: bool = False, sink=None) -> Simulation:
     """Wire a simulation of ``scenario``; ``requests`` default to its workload.
 
     ``fast_forward`` runs stretches of identical pure-decode passes as one SimPy timeout; the
@@ -193,13 +203,24 @@ def build(scenario: Scenario, requests: Optional[Sequence[Request]] = None,
     ``record_passes`` keeps a :class:`~simkit.records.PassRecord` per forward pass (memory grows
     with the passes: for small runs, timelines and teaching).
 
+    ``stream`` replays the workload as an iterator (``requests``, or the scenario's workload
+    read lazily, see :func:`simkit.trace.iter_workload`) keeping only requests in flight;
+    ``sink`` receives each request's record when it ends (a
+    :class:`~simkit.spool.RequestSpool` keeps memory bounded; default: a list). A streamed run's
+    records are those of the same run unstreamed, in the sink's order. Closed loop
+    (``max_in_flight``) does not stream.
+
     Raises:
         simkit.trace.TraceError: the scenario's trace file is missing or malformed.
-        ValueError: request ids are not 0..N-1.
+        ValueError: request ids are not 0..N-1; ``stream`` with a closed loop.
     """
-    if requests is None:
+    if stream:
+        stream_of = iter(requests if requests is not None else iter_workload(scenario.workload, scenario.seed))
+        first = next(stream_of, None)  # a missing or malformed trace fails here, not mid-run
+        requests = stream_of if first is None else itertools.chain((first,), stream_of)
+    elif requests is None:
         requests = load_workload(scenario.workload, scenario.seed)
-    return Simulation(scenario, requests, record_token_times, fast_forward, record_passes)
+    return Simulation(scenario, requests, record_token_times, fast_forward, record_passes, stream, sink)
 
 
 def simulate(scenario: Scenario, requests: Optional[Sequence[Request]] = None,

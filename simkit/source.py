@@ -14,13 +14,22 @@ wait for a slot.
 
 A request's arrival, from which TTFT is measured, is the moment it is released, so waiting for
 a slot and think time are excluded (REFERENCE.md s2, bug class 7: sessions, not requests, are
-capped). Layer L3: a timeout loop plus timeout callbacks for dependent releases.
+capped).
+
+Streaming (``stream=True``): ``requests`` is an iterator in release order (roots by arrival,
+each dependent after the requests it waits for), read only as fast as the simulation reaches
+its roots' arrival times; only requests read and not yet ended are kept (:attr:`live`), so
+memory follows the requests in flight, not the workload's length. A dependent must be read
+before what it waits for ends (the synthetic generator yields a session's turns right after
+its first one); closed loop needs the whole workload and does not stream.
+
+Layer L3: a timeout loop plus timeout callbacks for dependent releases.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from typing import Optional, Sequence
+from typing import Callable, Iterable, Iterator, Optional
 
 import simpy
 
@@ -32,16 +41,31 @@ class Source:
     """Releases ``requests`` (ids 0..N-1) onto ``router_queue``; call :meth:`ended` for each
     request that ends so that what waits for it can follow."""
 
-    def __init__(self, env: simpy.Environment, requests: Sequence[Request], router_queue: simpy.Store,
-                 probe: Probe, max_in_flight: Optional[int] = None) -> None:
+    def __init__(self, env: simpy.Environment, requests: Iterable[Request], router_queue: simpy.Store,
+                 probe: Probe, max_in_flight: Optional[int] = None, stream: bool = False) -> None:
         self.env = env
         self.router_queue = router_queue
         self.probe = probe
         self.max_in_flight = max_in_flight
+        self.released = 0
+        self.stream: Optional[Iterator[Request]] = None
+        if stream:
+            if max_in_flight is not None:
+                raise ValueError("closed-loop replay (max_in_flight) needs the whole workload; it cannot stream")
+            self.stream = iter(requests)
+            self.live: dict[int, Request] = {}  #: read and not ended, by id
+            self.waiting_on: dict[int, int] = {}
+            self.dependents: dict[int, list[int]] = {}
+            self.read = 0  #: requests read from the stream so far
+            self.pending: set[int] = set()  #: read and not yet released
+            #: called with the number of requests once the stream is exhausted
+            self.on_exhausted: Optional[Callable[[int], None]] = None
+            return
         by_rid: list = [None] * len(requests)
         for r in requests:
             by_rid[r.rid] = r
         self.by_rid: list[Request] = by_rid
+        self.was_released = bytearray(len(by_rid))
         self.waiting_on = [len(r.deps) for r in by_rid]  #: unfinished dependencies per request
         self.dependents: dict[int, list[int]] = {}
         for r in by_rid:
@@ -49,7 +73,6 @@ class Source:
                 self.dependents.setdefault(d, []).append(r.rid)
         #: roots (no dependencies) in release order: by arrival, then id
         self.roots = sorted((r for r in by_rid if not r.deps), key=lambda r: (r.arrived_at, r.rid))
-        self.released = 0
         if max_in_flight is not None:
             self._prepare_sessions()
 
@@ -78,6 +101,10 @@ class Source:
 
     def _release(self, request: Request) -> None:
         self.released += 1
+        if self.stream is not None:
+            self.pending.discard(request.rid)
+        else:
+            self.was_released[request.rid] = 1
         self.probe.arrived(request.rid, self.env.now)
         self.router_queue.put(request)
 
@@ -88,10 +115,44 @@ class Source:
         if self.max_in_flight is not None:
             self._start_sessions()
             return
+        if self.stream is not None:
+            yield from self._run_stream()
+            return
         for request in self.roots:
             if request.arrived_at > env.now:
                 yield env.timeout_at(request.arrived_at)  # exactly the trace's time
             self._release(request)
+
+    def _run_stream(self):
+        env, live = self.env, self.live
+        for request in self.stream:
+            rid = request.rid
+            live[rid] = request
+            self.pending.add(rid)
+            self.read += 1
+            if request.deps:
+                for d in request.deps:
+                    if d not in live:
+                        raise ValueError(f"streamed request {rid} waits for request {d}, which ended (or was "
+                                         "never read) before it was read; a streamed workload must list each "
+                                         "request soon after the requests it waits for")
+                    self.dependents.setdefault(d, []).append(rid)
+                self.waiting_on[rid] = len(request.deps)
+                continue
+            if request.arrived_at > env.now:
+                yield env.timeout_at(request.arrived_at)
+            self._release(request)
+        if self.on_exhausted is not None:
+            self.on_exhausted(self.read)
+
+    def unreleased(self) -> Iterator[Request]:
+        """The requests never released, by id (those left when a time cap stops the run);
+        a stream is read to its end."""
+        if self.stream is None:
+            yield from (r for r in self.by_rid if not self.was_released[r.rid])
+            return
+        yield from sorted((self.live[rid] for rid in self.pending), key=lambda r: r.rid)
+        yield from self.stream
 
     def _start_sessions(self) -> None:
         while self.free_slots and self.pending_sessions:
@@ -111,6 +172,15 @@ class Source:
     def ended(self, rid: int, at: float, status: str) -> None:
         """``rid`` ended (completed or rejected): release what waited only for it, and in
         closed loop free its session's slot when it was the session's last request."""
+        if self.stream is not None:
+            for d in self.dependents.pop(rid, ()):
+                self.waiting_on[d] -= 1
+                if self.waiting_on[d] == 0:
+                    del self.waiting_on[d]
+                    dep = self.live[d]
+                    self._release_later(dep, dep.delay_s)
+            del self.live[rid]
+            return
         for d in self.dependents.get(rid, ()):
             self.waiting_on[d] -= 1
             if self.waiting_on[d] == 0:

@@ -13,7 +13,7 @@ import json
 import math
 import os
 import random
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Iterator, Optional
 
 import attrs
 
@@ -38,7 +38,8 @@ from simkit.request import Request
 from simkit.rng import RngStreams
 from simkit.units import S_PER_MS
 
-__all__ = ["TraceError", "detect_format", "load_trace", "load_workload", "synthesize"]
+__all__ = ["TraceError", "detect_format", "iter_synthetic", "iter_workload", "load_trace", "load_workload",
+           "stream_trace", "synthesize"]
 
 
 class TraceError(Exception):
@@ -48,9 +49,14 @@ class TraceError(Exception):
     """
 
     def __init__(self, path: str, line: int | None, message: str) -> None:
-        where = f"{path}:{line}" if line is not None else path
-        super().__init__(f"{where}: {message}")
+        # args are the constructor's, so that a copy (SimPy re-raises a failed process's
+        # exception as type(exc)(*exc.args)) is the same error
+        super().__init__(path, line, message)
         self.path, self.line, self.message = path, line, message
+
+    def __str__(self) -> str:
+        where = f"{self.path}:{self.line}" if self.line is not None else self.path
+        return f"{where}: {self.message}"
 
 
 def _json_type(value: Any) -> str:
@@ -559,7 +565,18 @@ def _arrival_times(spec: ArrivalSpec, n: int, rng: random.Random) -> Iterable[fl
 
 
 def synthesize(spec: SyntheticWorkload, seed: int) -> tuple[Request, ...]:
-    """Generate ``spec.num_requests`` requests from the scenario ``seed``.
+    """Generate ``spec.num_requests`` requests from the scenario ``seed`` (all of
+    :func:`iter_synthetic`).
+
+    Raises:
+        TraceError: an empirical length distribution's trace file is missing or malformed.
+    """
+    return tuple(iter_synthetic(spec, seed))
+
+
+def iter_synthetic(spec: SyntheticWorkload, seed: int) -> Iterator[Request]:
+    """The requests of a synthetic workload one at a time, in generation order: sessions by
+    start time, each session's later turns right after its first (they wait for it).
 
     Streams: ``arrivals``, ``input_tokens``, ``output_tokens``, ``prefix_groups`` and, with
     sessions, ``session_turns`` and ``think_times``. With ``shared_prefix``, each request (or
@@ -582,10 +599,10 @@ def synthesize(spec: SyntheticWorkload, seed: int) -> tuple[Request, ...]:
     sessions = spec.sessions
     draw_turns = _sampler(sessions.turns, streams.get("session_turns")) if sessions else (lambda: 1)
     think_rng = streams.get("think_times")
-    out: list[Request] = []
     n = spec.num_requests
+    count = 0
     for session, at in enumerate(_arrival_times(spec.arrival, n, streams.get("arrivals"))):
-        if len(out) >= n:
+        if count >= n:
             break
         ids: list[int] = []
         if shared:
@@ -593,7 +610,7 @@ def synthesize(spec: SyntheticWorkload, seed: int) -> tuple[Request, ...]:
             ids = [g * shared_blocks + j for j in range(shared_blocks)]
         history = 0  # tokens of the conversation so far
         for turn in range(max(1, draw_turns())):
-            if len(out) >= n:
+            if count >= n:
                 break
             isl, osl = history + draw_in(), draw_out()
             n_blocks = -(-isl // tbs)
@@ -602,12 +619,12 @@ def synthesize(spec: SyntheticWorkload, seed: int) -> tuple[Request, ...]:
             ids = ids[:keep]
             ids.extend(range(next_id, next_id + n_blocks - keep))
             next_id += n_blocks - keep
-            rid = len(out)
+            rid = count
+            count += 1
             deps, delay = ((rid - 1,), think_rng.expovariate(1.0 / sessions.think_time_s)
                            if sessions.think_time_s > 0 else 0.0) if turn else ((), 0.0)
-            out.append(Request(rid, at, isl, osl, tuple(ids), tbs, session if sessions else None, deps, delay))
+            yield Request(rid, at, isl, osl, tuple(ids), tbs, session if sessions else None, deps, delay)
             history = isl
-    return tuple(out)
 
 
 def load_workload(spec: WorkloadSpec, seed: int) -> tuple[Request, ...]:
@@ -619,3 +636,53 @@ def load_workload(spec: WorkloadSpec, seed: int) -> tuple[Request, ...]:
     if isinstance(spec, TraceWorkload):
         return load_trace(spec)
     return synthesize(spec, seed)
+
+
+def stream_trace(spec: TraceWorkload) -> Iterator[Request]:
+    """The requests of a trace file one at a time, as it is read (memory independent of its
+    length). Ids, time zero and ``arrival_speedup_ratio`` are as in :func:`load_trace`.
+
+    Streaming needs what a one-pass reader can follow: timestamps in non-decreasing order and
+    no dependencies (follow-up turns, ``wait_for``) and no ``sessions_per_s``.
+
+    Raises:
+        TraceError: as :func:`load_trace`, and for a line that breaks those conditions.
+    """
+    fmt = spec.format if spec.format != "auto" else detect_format(spec.path)
+    if spec.sessions_per_s is not None:
+        raise TraceError(spec.path, None, "sessions_per_s needs the whole trace; replay it without streaming")
+    speedup, tbs = spec.arrival_speedup_ratio, spec.trace_block_size
+    sessions: dict = {}
+    t0 = last = None
+    rid = -1
+    for rid, row in enumerate(_READERS[fmt](spec)):
+        if row.wait_for or (row.session is not None and row.session in sessions):
+            raise TraceError(spec.path, row.line, "a request that waits for others (a follow-up turn or "
+                                                  "wait_for) cannot be streamed; replay without streaming")
+        ts = row.ts_ms
+        if ts is None:
+            raise TraceError(spec.path, row.line, "a timestamp is needed to stream a trace")
+        if t0 is None:
+            t0 = ts
+        elif ts < last:
+            raise TraceError(spec.path, row.line, f"timestamp {ts:g} is earlier than the previous line's "
+                                                  f"{last:g}; streaming needs lines in time order (sort the "
+                                                  "file, or replay without streaming)")
+        last = ts
+        session = None if row.session is None else sessions.setdefault(row.session, len(sessions))
+        yield Request(rid, (ts - t0) / speedup * S_PER_MS, row.isl, row.osl, row.ids, row.tbs or tbs, session)
+    if rid < 0:
+        raise TraceError(spec.path, None, "the trace has no requests; expected JSONL or CSV lines")
+
+
+def iter_workload(spec: WorkloadSpec, seed: int) -> Iterator[Request]:
+    """The requests of any workload one at a time, for streaming replay (see
+    :func:`stream_trace` for what a trace must satisfy).
+
+    Raises:
+        TraceError: a missing or malformed trace, or one that cannot be streamed (raised when
+            the offending line is read, possibly during the run).
+    """
+    if isinstance(spec, TraceWorkload):
+        return stream_trace(spec)
+    return iter_synthetic(spec, seed)

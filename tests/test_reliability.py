@@ -33,7 +33,7 @@ def test_nothing_left_to_happen_while_requests_wait_is_diagnosed(monkeypatch):
     records = simulate(scenario(), [req(0, 0, 100, 5), req(1, 5, 100, 5)])
     assert records.stop_reason == "stuck"
     assert records.stop_detail == (
-        "no event left at t=0.005000 s with 2 request(s) not ended; aggregated/0: 2 waiting [0, 1], "
+        "no event left at t=0.005000 s with 2 released request(s) not ended; aggregated/0: 2 waiting [0, 1], "
         "0 running [], 0 held for handoff; KV 0 of 16384 blocks in use, 16384 free")
     assert [r.status for r in records.requests] == ["incomplete", "incomplete"]
 
