@@ -12,16 +12,31 @@ import numpy as np
 
 from simkit.config import SlaSpec
 from simkit.records import RunRecords
+from simkit.report import record_columns
 from simkit.units import MS_PER_S
+
+
+#: most points drawn per CDF curve
+CDF_POINTS = 4000
 
 
 def completed_ms(run, column: str) -> np.ndarray:
     """Sorted values (ms) of ``column`` (``ttft_ms``, ``itl_ms``, ``e2e_ms``) over completed
     requests of ``run``: :class:`RunRecords` or a DataFrame of per-request rows."""
     if isinstance(run, RunRecords):
-        attr = column.replace("_ms", "_s")
-        values = [getattr(r, attr) for r in run.requests if r.status == "completed"]
-        return np.sort(np.array([v for v in values if v is not None], dtype=float)) * MS_PER_S
+        cols = record_columns(run.requests, ("rid", "status", "arrived_at", "first_token_at", "last_token_at",
+                                             "finished_at", "output_length"))
+        done = cols["status"] == "completed"
+        first = cols["first_token_at"][done]
+        if column == "ttft_ms":
+            values = first - cols["arrived_at"][done]
+        elif column == "e2e_ms":
+            values = cols["finished_at"][done] - cols["arrived_at"][done]
+        else:  # per-request ITL, defined from two tokens
+            n = cols["output_length"][done]
+            multi = n > 1
+            values = (cols["last_token_at"][done][multi] - first[multi]) / (n[multi] - 1)
+        return np.sort(values[~np.isnan(values)]) * MS_PER_S
     done = run[run["status"] == "completed"][column].dropna()
     return np.sort(done.to_numpy(dtype=float))
 
@@ -44,7 +59,11 @@ def latency_cdf(runs: Sequence[tuple[str, object]], sla: Optional[SlaSpec] = Non
         for name, run in runs:
             values = completed_ms(run, attr)
             if len(values):
-                ax.step(values, np.arange(1, len(values) + 1) / len(values), where="post", label=name)
+                n = len(values)
+                # at most CDF_POINTS steps: the same picture at any print size, and a million
+                # requests do not make a million-vertex path
+                index = np.unique(np.linspace(0, n - 1, min(n, CDF_POINTS)).round().astype(np.int64))
+                ax.step(values[index], (index + 1) / n, where="post", label=name)
                 lo, hi = min(lo, values[0]), max(hi, values[-1])
         if bound is not None:
             ax.axvline(bound, color="k", linestyle="--", linewidth=1, label=f"SLA {bound:g} ms")

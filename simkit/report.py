@@ -87,8 +87,8 @@ def nearest_rank(sorted_values: Sequence[float], q: float) -> float:
     return float(sorted_values[k - 1])
 
 
-def _stats_ms(values_s: list) -> Optional[dict]:
-    if not values_s:
+def _stats_ms(values_s) -> Optional[dict]:
+    if len(values_s) == 0:
         return None
     arr = np.sort(np.asarray(values_s, dtype=float)) * MS_PER_S
     out = {"mean": float(arr.mean())}
@@ -122,11 +122,10 @@ def record_columns(requests, names: Sequence[str] = _SUMMARY_FIELDS) -> dict[str
     return out
 
 
-def _gap(cols: dict, start: str, end: str, rows: np.ndarray) -> list:
+def _gap(cols: dict, start: str, end: str, rows: np.ndarray) -> np.ndarray:
     """``end - start`` in seconds for the selected rows where both are known, by rid."""
-    a, b = cols[start][rows], cols[end][rows]
-    keep = ~(np.isnan(a) | np.isnan(b))
-    return (b[keep] - a[keep]).tolist()
+    gap = cols[end][rows] - cols[start][rows]
+    return gap[~np.isnan(gap)]
 
 
 def summarize(records: RunRecords, sla: Optional[SlaSpec] = None) -> dict[str, Any]:
@@ -165,9 +164,9 @@ def summarize(records: RunRecords, sla: Optional[SlaSpec] = None) -> dict[str, A
     out_tokens = int(n_out.sum())
     multi = done[n_out > 1]  # ITL needs two tokens
     first, last, n_multi = cols["first_token_at"][multi], cols["last_token_at"][multi], cols["output_length"][multi]
-    spans = (last - first).tolist()
-    weighted = sum(spans) / sum(n_multi.tolist()) * MS_PER_S if spans else None
-    itl = ((last - first) / (n_multi - 1)).tolist()
+    spans = last - first
+    weighted = sum(spans.tolist()) / int(n_multi.sum()) * MS_PER_S if len(spans) else None
+    itl = spans / (n_multi - 1)
     summary: dict[str, Any] = {
         "requests": counts,
         "ttft_ms": _stats_ms(_gap(cols, "arrived_at", "first_token_at", done)),
