@@ -8,10 +8,19 @@ Capacity is ``num_gpu_blocks`` blocks. Every block is in exactly one of three st
 * in use: held by one or more running requests, with an identity (``ref`` counts holders) or
   without (``used_anon``: partial blocks, decode blocks, duplicates).
 
-So ``free_anon + len(lru) + len(ref) + used_anon == capacity`` at every step
-(:meth:`check`). A request holds a list of identity keys and a count of anonymous blocks;
-freeing returns keyed blocks to the LRU tail in reverse order, so a prompt's last blocks are
-evicted before its first ones (as vLLM's free-block queue does).
+So ``free_anon + cached + len(ref) + used_anon == capacity`` at every step (:meth:`check`).
+A request holds a list of identity keys and a count of anonymous blocks; freeing returns keyed
+blocks to the LRU tail in reverse order, so a prompt's last blocks are evicted before its
+first ones (as vLLM's free-block queue does).
+
+*Private* blocks: full prompt blocks whose identity no other request of the workload has
+(the scheduler knows which, from the whole workload, see ``private_from``). Nothing can ever
+hit them, except their own request after a preemption, so their keys need not be tracked one
+by one: in use they count as anonymous, and freed they enter the LRU as one *run* entry of
+that many blocks, at the very position their keys would have taken. Evictions consume a run
+like as many keys. The cache's behaviour is exactly that of tracking every key (tested);
+only the bookkeeping per block is gone. A preempted request releases its private blocks as
+real keys (:meth:`release` with ``private_keys``), since it may hit them when readmitted.
 
 Layer L2: pure bookkeeping, no SimPy. Deliberately not a SimPy ``Container``: admission is a
 scheduler decision made at a pass boundary, not a blocking wait (ARCHITECTURE.md 2.4).
@@ -25,23 +34,38 @@ from typing import Sequence
 __all__ = ["KvCache"]
 
 
+class _Run:
+    """An LRU entry standing for ``size`` freed private blocks (never equal to a key)."""
+
+    __slots__ = ("size",)
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+
 class KvCache:
     """Block manager for ``num_blocks`` KV blocks; ``prefix_caching`` enables identity reuse."""
 
-    __slots__ = ("capacity", "prefix_caching", "free_anon", "used_anon", "lru", "ref")
+    __slots__ = ("capacity", "prefix_caching", "free_anon", "used_anon", "lru", "ref", "run_extra")
 
     def __init__(self, num_blocks: int, prefix_caching: bool = True) -> None:
         self.capacity = num_blocks
         self.prefix_caching = prefix_caching
         self.free_anon = num_blocks
         self.used_anon = 0
-        self.lru: OrderedDict[int, None] = OrderedDict()
+        self.lru: OrderedDict = OrderedDict()  #: keys (int) and runs of private blocks
         self.ref: dict[int, int] = {}
+        self.run_extra = 0  #: sum of (size - 1) over the runs in ``lru``
+
+    @property
+    def cached_blocks(self) -> int:
+        """Free blocks that hold a prompt block (keys and private runs in the LRU)."""
+        return len(self.lru) + self.run_extra
 
     @property
     def free_blocks(self) -> int:
         """Blocks an allocation can take (anonymous free plus evictable cached)."""
-        return self.free_anon + len(self.lru)
+        return self.free_anon + len(self.lru) + self.run_extra
 
     @property
     def used_blocks(self) -> int:
@@ -86,20 +110,41 @@ class KvCache:
         """
         if n <= 0:
             return
-        if n > self.free_anon + len(self.lru):
+        if n > self.free_anon + len(self.lru) + self.run_extra:
             raise RuntimeError(f"KV cache over-allocation: {n} blocks asked, {self.free_blocks} free")
         take = min(n, self.free_anon)
         self.free_anon -= take
         evict = n - take
         if evict:
             lru = self.lru
-            if evict == len(lru):
+            if evict == len(lru) + self.run_extra:
                 lru.clear()
-            else:
+                self.run_extra = 0
+            elif not self.run_extra:
                 pop = lru.popitem
                 for _ in range(evict):
                     pop(False)  # least recently freed first; the block loses its identity
+            else:
+                self._evict_with_runs(evict)
         self.used_anon += n
+
+    def _evict_with_runs(self, evict: int) -> None:
+        lru = self.lru
+        pop = lru.popitem
+        while evict:
+            key, _ = pop(False)
+            if type(key) is _Run:
+                size = key.size
+                if size > evict:  # part of the run goes; the rest stays first in line
+                    key.size = size - evict
+                    self.run_extra -= evict
+                    lru[key] = None
+                    lru.move_to_end(key, last=False)
+                    return
+                self.run_extra -= size - 1
+                evict -= size
+            else:
+                evict -= 1
 
     def register(self, key: int) -> bool:
         """Give one of the caller's anonymous blocks the identity ``key`` (a just-scheduled full
@@ -122,9 +167,21 @@ class KvCache:
         self.used_anon -= len(taken)
         return taken
 
-    def release(self, keys: Sequence[int], anon: int) -> None:
-        """Free a request's blocks: ``keys`` it holds with identity, ``anon`` without."""
+    def release(self, keys: Sequence[int], anon: int, private: int = 0,
+                private_keys: Sequence[int] = ()) -> None:
+        """Free a request's blocks: ``keys`` it holds with identity (in prompt order), ``anon``
+        without, of which ``private`` are private prompt blocks (the prompt's last full blocks,
+        so they enter the LRU first, as one run) or, when ``private_keys`` are given (a
+        preemption: the request may hit them again), those blocks as keys."""
         ref, lru = self.ref, self.lru
+        if private_keys:
+            for key in reversed(private_keys):
+                lru[key] = None
+        elif private:
+            lru[_Run(private)] = None
+            self.run_extra += private - 1
+        self.used_anon -= anon
+        self.free_anon += anon - private - len(private_keys)
         for key in reversed(keys):
             count = ref[key]
             if count == 1:
@@ -132,8 +189,6 @@ class KvCache:
                 lru[key] = None
             else:
                 ref[key] = count - 1
-        self.used_anon -= anon
-        self.free_anon += anon
 
     def check(self) -> None:
         """Assert block conservation (for tests and ``--check``).
@@ -141,8 +196,11 @@ class KvCache:
         Raises:
             AssertionError: the four states do not add up to the capacity.
         """
-        total = self.free_anon + len(self.lru) + len(self.ref) + self.used_anon
+        runs = [k.size for k in self.lru if type(k) is _Run]
+        assert self.run_extra == sum(runs) - len(runs) and min(runs, default=1) >= 1, (
+            f"KV private runs miscounted: {runs} with run_extra {self.run_extra}")
+        total = self.free_anon + self.cached_blocks + len(self.ref) + self.used_anon
         assert total == self.capacity and min(self.free_anon, self.used_anon) >= 0, (
-            f"KV blocks not conserved: free {self.free_anon} + cached {len(self.lru)} + "
+            f"KV blocks not conserved: free {self.free_anon} + cached {self.cached_blocks} + "
             f"keyed {len(self.ref)} + anon {self.used_anon} != {self.capacity}"
         )

@@ -34,14 +34,35 @@ Layer L2: pure, no SimPy; the worker process calls :meth:`schedule` and :meth:`c
 
 from __future__ import annotations
 
-from collections import deque
-from typing import Optional
+from collections import Counter, deque
+from typing import Optional, Sequence
 
 from simkit.config import PoolSpec
 from simkit.kvcache import KvCache
 from simkit.request import Request
 
-__all__ = ["Seq", "Batch", "VllmScheduler"]
+__all__ = ["Seq", "Batch", "VllmScheduler", "private_suffixes"]
+
+
+def private_suffixes(requests: Sequence[Request], block_sizes: Sequence[int]) -> Optional[list[int]]:
+    """For each request (by id), the index into its ``hash_ids`` from which every id occurs
+    nowhere else in ``requests`` (nor twice in it): the blocks no other request can hit (see
+    :mod:`simkit.kvcache`). None when that cannot be told exactly from whole trace blocks:
+    requests with different ``hash_block_size``, or one that an engine ``block_size`` does not
+    divide. ``requests`` must be the whole workload, ids 0..N-1."""
+    sizes = {r.hash_block_size for r in requests if r.hash_ids}
+    if len(sizes) != 1 or any(next(iter(sizes)) % bs for bs in block_sizes):
+        return None
+    counts = Counter(h for r in requests if r.hash_ids for h in r.hash_ids)
+    out = [0] * len(requests)
+    for r in requests:
+        ids = r.hash_ids
+        if ids:
+            j = len(ids)
+            while j and counts[ids[j - 1]] == 1:
+                j -= 1
+            out[r.rid] = j
+    return out
 
 
 class Seq:
@@ -49,7 +70,7 @@ class Seq:
 
     __slots__ = (
         "req", "rid", "prompt_len", "output_len", "keys", "held", "anon", "computed",
-        "prefill_target", "generated", "transferred", "preemptions",
+        "prefill_target", "generated", "transferred", "preemptions", "private_from", "private",
     )
 
     def __init__(self, req: Request, transferred: bool = False) -> None:
@@ -59,7 +80,11 @@ class Seq:
         self.output_len = req.output_length
         self.keys: Optional[list[int]] = None  #: full prompt block keys, computed on admission
         self.held: list[int] = []  #: identity keys this request holds a reference on
-        self.anon = 0  #: anonymous blocks it holds
+        self.anon = 0  #: anonymous blocks it holds (private prompt blocks included)
+        #: keys[private_from:] are private (no other request has them, see kvcache); -1 until
+        #: its first admission
+        self.private_from = -1
+        self.private = 0  #: private prompt blocks it holds, counted in ``anon``
         #: a decode-pool request arrives with its prompt KV: its first step is a decode step
         self.transferred = transferred
         self.computed = req.input_length - 1 if transferred else 0
@@ -100,6 +125,9 @@ class VllmScheduler:
         self.waiting: deque[Seq] = deque()
         self.running: list[Seq] = []
         self.held: dict[int, Seq] = {}  #: prefill role: prompts done, KV awaiting transfer
+        #: by request id, the index into its ``hash_ids`` from which every id is private (held by
+        #: no other request, nor twice by it); None: unknown, track every key (see kvcache)
+        self.private_ids: Optional[Sequence[int]] = None
 
     # ------------------------------------------------------------------ queue state
 
@@ -146,14 +174,41 @@ class VllmScheduler:
         last = min(end_tokens // self.block_size, len(keys))
         if last <= first_block:
             return
+        private_from = seq.private_from
+        if last > private_from:  # private blocks stay anonymous while in use
+            seq.private += last - max(first_block, private_from)
+            last = private_from
+            if last <= first_block:
+                return
         taken = self.kv.register_many(keys[first_block:last])
         seq.held.extend(taken)
         seq.anon -= len(taken)
 
+    def _private_from(self, seq: Seq) -> int:
+        """Index of the first private key of ``seq.keys`` (its length when none or unknown)."""
+        keys, private = seq.keys, self.private_ids
+        if private is None or not keys:
+            return len(keys)
+        req = seq.req
+        per = req.hash_block_size // self.block_size
+        return min(len(keys), private[req.rid] * per)
+
+    def _free(self, seq: Seq) -> None:
+        self.kv.release(seq.held, seq.anon, seq.private)
+        seq.held, seq.anon, seq.private = [], 0, 0
+
     def _preempt(self, seq: Seq) -> None:
-        self.kv.release(seq.held, seq.anon)
+        # it may hit its own blocks when readmitted: free its private blocks as keys, and
+        # track its keys one by one from now on
+        if seq.private:
+            start = seq.private_from
+            self.kv.release(seq.held, seq.anon, private_keys=seq.keys[start:start + seq.private])
+        else:
+            self.kv.release(seq.held, seq.anon)
         seq.held = []
         seq.anon = 0
+        seq.private = 0
+        seq.private_from = len(seq.keys)
         seq.computed = 0
         seq.prefill_target = seq.prompt_len + seq.generated
         seq.transferred = False
@@ -213,6 +268,8 @@ class VllmScheduler:
             if seq.keys is None:
                 seq.keys = seq.req.block_keys(bs) if self.caching else []
             keys = seq.keys
+            if seq.private_from < 0:  # keys may come with a handoff
+                seq.private_from = self._private_from(seq)
             hits = in_lru = 0
             if keys:
                 limit = len(keys) if seq.transferred else (seq.prefill_target - 1) // bs
@@ -279,8 +336,7 @@ class VllmScheduler:
             gone.update(id(s) for s in prefilled)
             self.running = [s for s in self.running if id(s) not in gone]
             for seq in finished:
-                self.kv.release(seq.held, seq.anon)
-                seq.held, seq.anon = [], 0
+                self._free(seq)
             for seq in prefilled:
                 self.held[seq.rid] = seq
         return emitted, finished, prefilled
@@ -355,12 +411,9 @@ class VllmScheduler:
             gone = {id(s) for s in finished}
             self.running = [s for s in self.running if id(s) not in gone]
             for seq in finished:
-                self.kv.release(seq.held, seq.anon)
-                seq.held, seq.anon = [], 0
+                self._free(seq)
         return rids, finished
 
     def release(self, rid: int) -> None:
         """Free the KV of a prefilled request once the handoff link has moved it."""
-        seq = self.held.pop(rid)
-        self.kv.release(seq.held, seq.anon)
-        seq.held, seq.anon = [], 0
+        self._free(self.held.pop(rid))

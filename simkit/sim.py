@@ -28,6 +28,7 @@ from simkit.records import RunRecords
 from simkit.request import Request
 from simkit.rng import RngStreams
 from simkit.router import Router
+from simkit.scheduler import private_suffixes
 from simkit.source import Source
 from simkit.trace import iter_workload, load_workload
 from simkit.worker import Stuck, Worker
@@ -77,6 +78,11 @@ class Simulation:
                 for wid in range(spec.workers)
             ]
             rank += spec.workers
+        if not stream:  # which prompt blocks no other request has: their keys need no tracking
+            private = private_suffixes(by_rid, [spec.block_size for _, spec in scenario.pools.named()])
+            for workers in self.pools.values():
+                for worker in workers:
+                    worker.sched.private_ids = private
         entry = self.pools["aggregated" if scenario.mode == "aggregated" else "prefill"]
         streams = RngStreams(scenario.seed)
         self.router = Router(env, scenario.router, self.router_queue, entry, probe,
