@@ -258,6 +258,8 @@ def _run_cli(args, argv: list, interrupts: _Interrupts) -> int:
                     record_passes=args.timeline)
     except TraceError as exc:
         return _fail([str(exc)])
+    except ConfigError as exc:  # a kind: python policy that does not import or fit its protocol
+        return _fail([f"{args.scenario}: {m}" for m in exc.messages])
     load_s = time.perf_counter() - wall0
     if not args.quiet and sys.stderr.isatty():
         from simkit.progress import attach_progress
@@ -272,6 +274,10 @@ def _run_cli(args, argv: list, interrupts: _Interrupts) -> int:
         from simkit.plots import latency_cdf
 
         figures["latency_cdf"] = latency_cdf([(scenario.name, records)], scenario.sla)
+        if records.pool_samples is not None:
+            from simkit.plots import planner_series
+
+            figures["planner"] = planner_series(records, scenario.sla)
         if args.timeline:
             from simkit.plots import pass_timeline, worker_series
 

@@ -55,15 +55,31 @@ class Collector:
         self.arrived_count = 0
         #: called as listener(rid, at, status) when a request ends (the source's dependents)
         self.listeners: list = []
+        #: with :meth:`track_recent`: ids that arrived, got their first token, completed since
+        #: the last :meth:`take_recent`
+        self.recent: Optional[tuple[list, list, list]] = None
         self.all_done = env.event()
         if n == 0:
             self.all_done.succeed()
 
     # ------------------------------------------------------------------ probe
 
+    def track_recent(self) -> None:
+        """Start keeping the ids of recent arrivals, first tokens and completions (the planner's
+        window; off by default, it costs an append per event)."""
+        self.recent = ([], [], [])
+
+    def take_recent(self) -> tuple[list, list, list]:
+        """The ids that arrived, got their first token and completed since the previous call."""
+        out = self.recent
+        self.recent = ([], [], [])
+        return out
+
     def arrived(self, rid: int, at: float) -> None:
         self.arrived_at[rid] = at
         self.arrived_count += 1
+        if self.recent is not None:
+            self.recent[0].append(rid)
 
     def dispatched(self, rid: int, at: float) -> None:
         self.dispatched_at[rid] = at
@@ -96,6 +112,8 @@ class Collector:
                                      f"output tokens (at t={at:.6f} s)")
             if count == 0:
                 self.first_token_at[rid] = at
+                if self.recent is not None:
+                    self.recent[1].append(rid)
             elif count == 1:
                 self.second_token_at[rid] = at
             n_tokens[rid] = count + 1
@@ -115,6 +133,8 @@ class Collector:
                                      f"output tokens (at t={times[-1]:.6f} s)")
             if count == 0:
                 self.first_token_at[rid] = times[0]
+                if self.recent is not None:
+                    self.recent[1].append(rid)
                 if n > 1:
                     self.second_token_at[rid] = times[1]
             elif count == 1:
@@ -137,6 +157,8 @@ class Collector:
         self.status[rid] = status
         self.finished_at[rid] = at
         self.remaining -= 1
+        if self.recent is not None and status == COMPLETED:
+            self.recent[2].append(rid)
         for listener in self.listeners:
             listener(rid, at, status)
         if self.remaining == 0:
@@ -149,7 +171,7 @@ class Collector:
         return len(self.requests) - self.remaining
 
     def finalize(self, end_at: float, worker_seconds: dict, passes: dict, stop_reason: str = "completed",
-                 stop_detail: Optional[str] = None) -> RunRecords:
+                 stop_detail: Optional[str] = None, **extra) -> RunRecords:
         """Freeze everything into :class:`RunRecords`; unfinished requests are incomplete."""
         rows = []
         for req in self.requests:
@@ -188,4 +210,5 @@ class Collector:
             token_times=token_times,
             stop_reason=stop_reason,
             stop_detail=stop_detail,
+            **extra,
         )

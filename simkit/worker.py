@@ -28,7 +28,7 @@ from simpy.events import Event
 
 from simkit.config import PoolSpec
 from simkit.engine import LatencyModel
-from simkit.messages import Handoff, Inbox, Released
+from simkit.messages import Drain, Handoff, Inbox, Released
 from simkit.probe import COMPLETED, REJECTED, Probe
 from simkit.records import PassRecord
 from simkit.request import Request
@@ -96,6 +96,10 @@ class Worker:
         self.in_hand = None
         #: called after each pass (the router re-checks its busy thresholds)
         self.on_pass_end: Optional[Callable[[], None]] = None
+        #: set by a :class:`Drain` message: finish the work held, then stop
+        self.draining = False
+        #: called once, at the instant a draining worker holds nothing more (its pool frees it)
+        self.on_stop: Optional[Callable[["Worker"], None]] = None
 
     def start(self) -> simpy.Process:
         return self.env.process(self.serve())
@@ -163,6 +167,9 @@ class Worker:
         if type(msg) is Released:
             self.sched.release(msg.rid)
             return
+        if type(msg) is Drain:
+            self.draining = True
+            return
         if type(msg) is Handoff:
             seq = Seq(msg.request, transferred=True)
             if msg.block_size == self.sched.block_size and self.sched.caching:
@@ -177,6 +184,10 @@ class Worker:
     def serve(self):
         """Run forward passes forever.
 
+        A draining worker (after a :class:`Drain` message) returns, calling ``on_stop``, at the
+        first moment it has no request queued or running, none in its inbox and no prompt KV
+        held for the handoff link.
+
         Yields: ``inbox.get()`` while idle; a :class:`PassBoundary` before forming each batch;
         one ``timeout`` per forward pass.
         """
@@ -187,6 +198,9 @@ class Worker:
         rank = self.rank
         while True:
             if not sched.has_work():
+                if self.draining and not sched.held and not inbox.items:
+                    self.on_stop(self)
+                    return
                 self._accept((yield inbox.get()))
             yield PassBoundary(env, rank)
             for msg in inbox.drain():
