@@ -599,19 +599,24 @@ class ThresholdPlanner:
 
 @frozen
 class SlaPlanner:
-    """SLA-based: every tick, predict the next interval's load as the last one's (arrival
-    rate, mean prompt and output lengths, prefix hit ratio), predict TTFT and ITL per worker
-    count with the scenario's latency model, and pick the fewest workers whose predictions
-    meet ``sla.ttft_ms`` / ``sla.itl_ms`` scaled by ``target_fraction`` (headroom for the
-    spread around the mean the prediction gives). Formulas: :mod:`simkit.planner`."""
+    """SLA-based: every tick, forecast the next interval's load (arrival rate, prompt and
+    output lengths, prefix hit ratio) from the last ones, predict the ``quantile``-th
+    percentile TTFT and the mean ITL per worker count with the scenario's latency model, and
+    pick the fewest workers whose predictions meet ``sla.ttft_ms`` / ``sla.itl_ms`` scaled by
+    ``target_fraction``. Formulas: :class:`simkit.planner.SlaPolicy`."""
 
     kind: Literal["sla"] = "sla"
     interval_s: float = _interval()
     gpu_budget: Optional[int] = _gpu_budget()
-    #: predicted means must stay under this fraction of the SLA bounds
-    target_fraction: float = field(default=0.6, validator=_pos + [_at_most(1)])
+    #: predictions must stay under this fraction of the SLA bounds (headroom)
+    target_fraction: float = field(default=0.8, validator=_pos + [_at_most(1)])
+    #: the TTFT percentile predicted (the wait's tail; see simkit.planner.SlaPolicy)
+    quantile: float = field(default=0.9, validator=_pos + [_at_most(0.9999)])
     #: a worker is never planned busier than this (prompt or decode utilisation)
     max_utilization: float = field(default=0.85, validator=_pos + [_at_most(1)])
+    #: load forecast: ``constant`` (the next interval is like the last) or ``linear`` (the
+    #: last two intervals' trend, extrapolated to when new workers would have served an interval)
+    predictor: Literal["constant", "linear"] = "linear"
 
 
 @frozen

@@ -116,6 +116,7 @@ class Traffic:
     arrival_rate_per_s: float
     mean_input_tokens: Optional[float]  #: of those arrivals (None without any)
     mean_output_tokens: Optional[float]  #: requested output tokens of those arrivals
+    input_tokens_cv2: Optional[float]  #: squared coefficient of variation of their prompt lengths
     prefix_hit_ratio: Optional[float]  #: prompt tokens found cached / looked up, in the interval
     first_tokens: int  #: requests whose first token came
     ttft_ms: Optional[float]  #: their mean TTFT
@@ -203,18 +204,25 @@ KV_HEADROOM = 0.9
 class SlaPolicy:
     """The fewest workers per pool whose predicted latency meets the SLA.
 
-    Load forecast (Dynamo's "constant" predictor): the next interval looks like the last one:
-    arrival rate lam (req/s), mean prompt ISL and output OSL tokens, prefix hit ratio h. Work
+    Load forecast: mean prompt ISL and output OSL tokens and prefix hit ratio h are the last
+    interval's. The arrival rate lam is the last interval's (``predictor: constant``, Dynamo's
+    constant predictor) or, with ``predictor: linear``, the larger of that and its linear
+    trend over the last two intervals extrapolated to the end of the first interval a worker
+    started now would serve (now + ``startup_time_s`` + ``interval_s``): a rising load is met
+    ahead of time, and a falling one is never planned below what the current load needs. Work
     already waiting is added as if it arrived again over one interval: prompt-token rate
     R = lam * ISL * (1 - h) + Q / interval_s, with Q the prompt tokens waiting for the pool.
 
     Prompt side (prefill or aggregated pool, n workers), from the engine-step model P:
       * mu = B / P(B) prompt tokens/s per worker at full passes (B = max_num_batched_tokens);
       * rho = R / (n mu), the busy fraction; must be <= ``max_utilization``;
-      * TTFT = P(ISL (1 - h)) [its own pass] + rho S / (2 (1 - rho)) [M/D/1 mean wait, S =
-        ISL (1 - h) / mu the worker time of one prompt] (+ disaggregated: the KV transfer
-        ISL * kv_bytes_per_token / bandwidth + link latency, and one decode pass; aggregated:
-        one decode pass, as the prompt shares its passes with the decode batch).
+      * the mean wait is the Pollaczek-Khinchine M/G/1 one, W = rho S (1 + cv^2) / (2 (1 -
+        rho)), with S = ISL (1 - h) / mu the worker time of one prompt and cv^2 the squared
+        coefficient of variation of the interval's prompt lengths; its tail is taken
+        exponential as in M/M/1 (P(wait > x) = rho exp(-x rho / W)), so the ``quantile``-th
+        percentile wait is W / rho * ln(rho / (1 - quantile)) (0 when rho <= 1 - quantile);
+      * TTFT = P(ISL (1 - h)) [its own pass, chunked by B] + that wait + one decode pass (+
+        disaggregated: the KV transfer ISL * kv_bytes_per_token / bandwidth + link latency).
 
     Decode side (decode or aggregated pool, n workers): per worker, b requests decode at once
     (Little's law: b = lam / n * OSL * ITL) with mean context c = ISL + OSL / 2, so a decode
@@ -226,16 +234,27 @@ class SlaPolicy:
     and ITL <= ``target_fraction`` * ``sla.itl_ms`` (decode side); an unset bound is not
     checked (the utilisation and capacity limits still are). With no traffic and nothing
     waiting the pool goes to ``min_workers``; if no count meets the SLA, the largest allowed.
-    These are mean-value predictions (no tail): ``target_fraction`` is the headroom that turns
-    them into a percentile target.
+    ITL is a mean-value prediction (decode passes vary little); ``target_fraction`` is the
+    headroom for what the model leaves out (bursts within an interval, forecast error).
     """
 
     def __init__(self, spec: SlaPlanner) -> None:
         self.spec = spec
+        self.previous_rate: Optional[float] = None
+
+    def forecast_rate(self, snap: Snapshot, pool: PoolView) -> float:
+        """The arrival rate (req/s) to plan ``pool`` for (see the class docstring)."""
+        rate = snap.traffic.arrival_rate_per_s
+        if self.spec.predictor == "constant" or self.previous_rate is None:
+            return rate
+        slope = (rate - self.previous_rate) / snap.traffic.interval_s
+        return max(rate, rate + slope * (pool.spec.startup_time_s + snap.interval_s))
 
     def plan(self, snap: Snapshot) -> Decision:
         t = snap.traffic
         targets = {}
+        rates = {name: self.forecast_rate(snap, pool) for name, pool in snap.pools.items()}
+        self.previous_rate = t.arrival_rate_per_s
         for name, pool in snap.pools.items():
             queued = pool.queued_prefill_tokens if name != "decode" else 0
             waiting = pool.router_queue + (sum(w.running + w.waiting for w in pool.workers) if name == "decode" else 0)
@@ -248,18 +267,20 @@ class SlaPolicy:
                 hi = min(hi, max(snap.gpu_budget // pool.gpus_per_worker, lo))
             choice = hi
             for n in range(lo, hi + 1):
-                if self.meets(snap, pool, n, queued):
+                if self.meets(snap, pool, n, queued, rates[name]):
                     choice = n
                     break
             targets[name] = choice
         return Decision(targets)
 
-    def predict(self, snap: Snapshot, pool: PoolView, n: int, queued: int = 0) -> dict:
+    def predict(self, snap: Snapshot, pool: PoolView, n: int, queued: int = 0,
+                rate: Optional[float] = None) -> dict:
         """Predicted ``ttft_s`` (prompt pools), ``itl_s`` (decode pools), ``rho`` (prompt busy
-        fraction) and ``batch`` (decode requests per worker) with ``n`` workers, or
-        ``feasible`` False when a capacity limit is broken."""
+        fraction) and ``batch`` (decode requests per worker) with ``n`` workers at arrival
+        ``rate`` (default: the last interval's), and ``feasible`` False when a capacity limit
+        is broken."""
         t = snap.traffic
-        lam = t.arrival_rate_per_s
+        lam = t.arrival_rate_per_s if rate is None else rate
         isl = t.mean_input_tokens or 0.0
         osl = t.mean_output_tokens or 0.0
         hit = t.prefix_hit_ratio or 0.0
@@ -277,7 +298,10 @@ class SlaPolicy:
                 out["feasible"] = False
                 rho = min(rho, 0.999)
             own = pt(min(prompt, budget), 0, 0) * math.ceil(prompt / budget)
-            wait = rho * (prompt / mu) / (2.0 * (1.0 - rho))
+            cv2 = t.input_tokens_cv2 or 0.0
+            mean_wait = rho * (prompt / mu) * (1.0 + cv2) / (2.0 * (1.0 - rho))
+            q = self.spec.quantile
+            wait = mean_wait / rho * math.log(rho / (1.0 - q)) if rho > 1.0 - q else 0.0
             ttft = own + wait + pt(0, 1, prompt)
             if pool.name == "prefill" and snap.link is not None:
                 link = snap.link
@@ -306,9 +330,9 @@ class SlaPolicy:
                 out["feasible"] = False
         return out
 
-    def meets(self, snap: Snapshot, pool: PoolView, n: int, queued: int = 0) -> bool:
+    def meets(self, snap: Snapshot, pool: PoolView, n: int, queued: int = 0, rate: Optional[float] = None) -> bool:
         """Whether ``n`` workers meet the SLA (with headroom) by :meth:`predict`."""
-        p = self.predict(snap, pool, n, queued)
+        p = self.predict(snap, pool, n, queued, rate)
         if not p["feasible"]:
             return False
         f = self.spec.target_fraction
@@ -339,6 +363,14 @@ def make_planner_policy(spec: PlannerSpec, factory=None):
 
 def _mean(values: list) -> Optional[float]:
     return sum(values) / len(values) if values else None
+
+
+def _cv2(values: list) -> Optional[float]:
+    """Squared coefficient of variation (variance / mean^2), None for fewer than 2 values."""
+    if len(values) < 2:
+        return None
+    m = sum(values) / len(values)
+    return sum((v - m) ** 2 for v in values) / len(values) / (m * m) if m else None
 
 
 def _p90(values: list) -> Optional[float]:
@@ -384,7 +416,11 @@ class Planner:
         while True:
             yield env.timeout(delay)
             snap = self.observe()
-            decision = self.policy.plan(snap)
+            try:
+                decision = self.policy.plan(snap)
+            except Exception as exc:  # the user's code: stop the run with its error
+                raise PlannerPolicyError(f"planner policy {type(self.policy).__name__}.plan raised "
+                                         f"{type(exc).__name__}: {exc} (t={env.now:.6f} s)") from exc
             if isinstance(decision, Mapping):
                 decision = Decision(dict(decision))
             if not isinstance(decision, Decision):
@@ -440,6 +476,7 @@ class Planner:
             interval_s=interval, arrivals=len(arrivals), arrival_rate_per_s=len(arrivals) / interval,
             mean_input_tokens=_mean([reqs[r].input_length for r in arrivals]),
             mean_output_tokens=_mean([reqs[r].output_length for r in arrivals]),
+            input_tokens_cv2=_cv2([reqs[r].input_length for r in arrivals]),
             prefix_hit_ratio=hit, first_tokens=len(firsts), ttft_ms=_mean(ttfts), ttft_p90_ms=_p90(ttfts),
             completed=len(done), itl_ms=_mean(itls), itl_p90_ms=_p90(itls))
         budget = self.spec.gpu_budget
@@ -490,7 +527,8 @@ class Planner:
             c = pool.counts
             self.samples.append(PoolSample(
                 name, snap.now, len(pool.pending), c["active"], c["draining"], pool.target, view.kv_usage,
-                sum(w.queued_prefill_tokens for w in view.workers), view.router_queue, t.ttft_ms, t.itl_ms))
+                sum(w.queued_prefill_tokens for w in view.workers), sum(w.waiting for w in view.workers),
+                view.router_queue, t.ttft_ms, t.itl_ms))
 
     def _check_progress(self) -> None:
         """Raise :class:`Stuck` after :data:`IDLE_TICKS` ticks in a row at which nothing but the

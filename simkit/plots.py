@@ -165,7 +165,8 @@ def _rolling_p90(times: np.ndarray, values: np.ndarray, window_s: float) -> tupl
 
 def planner_series(records: RunRecords, sla: Optional[SlaSpec] = None):
     """The planner at work, over simulated time: workers per pool (active, solid; provisioned
-    = starting + active + draining, dashed), the router queue and the mean KV usage per pool at
+    = starting + active + draining, dashed), the prompt tokens queued on each prompt pool's
+    workers and the requests waiting in the router (dotted), and each pool's mean KV usage at
     each planner tick, and each request's TTFT and ITL at its arrival time (dots; the line is
     the p90 per planner interval; dashed: the SLA). Needs a run with a planner.
 
@@ -178,6 +179,7 @@ def planner_series(records: RunRecords, sla: Optional[SlaSpec] = None):
         raise ValueError("this run has no planner time series (the scenario has no 'planner')")
     fig = Figure(figsize=(10, 11), layout="constrained")
     ax_w, ax_q, ax_kv, ax_ttft, ax_itl = fig.subplots(5, 1, sharex=True)
+    ax_q2 = ax_q.twinx()
     end = records.end_at
     pools = list(dict.fromkeys(c.pool for c in records.worker_counts))
     colours = {pool: f"C{i}" for i, pool in enumerate(pools)}
@@ -191,7 +193,11 @@ def planner_series(records: RunRecords, sla: Optional[SlaSpec] = None):
                   label=f"{pool} provisioned")
         samples = [p for p in records.pool_samples if p.pool == pool]
         ts = [p.at for p in samples]
-        ax_q.plot(ts, [p.router_queue for p in samples], color=colours[pool], marker=".", label=pool)
+        if pool != "decode":
+            ax_q.plot(ts, [p.queued_prefill_tokens for p in samples], color=colours[pool], marker=".",
+                      label=f"{pool}: on workers")
+        ax_q2.plot(ts, [p.router_queue for p in samples], color=colours[pool], linestyle=":",
+                   label=f"{pool}: requests in router")
         ax_kv.plot(ts, [100 * p.kv_usage for p in samples], color=colours[pool], marker=".", label=pool)
     done = [r for r in records.requests if r.status == "completed"]
     ticks = sorted({p.at for p in records.pool_samples})
@@ -213,7 +219,8 @@ def planner_series(records: RunRecords, sla: Optional[SlaSpec] = None):
             ax.legend(loc="upper right", fontsize="small")
     ax_w.set_ylabel("workers")
     ax_w.legend(loc="upper left", fontsize="small", ncols=2)
-    ax_q.set_ylabel("waiting in router")
+    ax_q.set_ylabel("prompt tokens queued")
+    ax_q2.set_ylabel("waiting in router (dotted)")
     ax_q.legend(loc="upper left", fontsize="small")
     ax_kv.set_ylabel("KV usage (%)")
     ax_itl.set_xlabel("simulated time (s)")

@@ -123,7 +123,7 @@ class PoolSample:
 
     ``kv_usage`` is the mean fraction of KV blocks in use over the pool's active and draining
     workers (0 without any); ``queued_prefill_tokens`` the prompt tokens still to compute on
-    them; ``router_queue`` the requests waiting in the router for this pool (new requests for
+    them; ``worker_queue`` the requests waiting on them; ``router_queue`` the requests waiting in the router for this pool (new requests for
     a prompt pool, handoffs for the decode pool); ``ttft_ms`` / ``itl_ms`` the mean TTFT of
     requests whose first token came, and mean ITL of requests that completed, since the
     previous tick (None without any; the same for every pool of a tick).
@@ -137,6 +137,7 @@ class PoolSample:
     target: int
     kv_usage: float
     queued_prefill_tokens: int
+    worker_queue: int  #: requests queued on those workers, not yet running
     router_queue: int
     ttft_ms: Optional[float]
     itl_ms: Optional[float]

@@ -25,6 +25,7 @@ from simkit.config import (
     SessionAffinityRouter,
 )
 from simkit.probe import Probe
+from simkit.worker import Stuck
 
 
 class Routable(Protocol):
@@ -120,8 +121,9 @@ ROUTING_POLICIES = {RoundRobinRouter: RoundRobin, LeastLoadedRouter: LeastLoaded
                     SessionAffinityRouter: SessionAffinity}
 
 
-class PolicyError(RuntimeError):
-    """A user policy broke its protocol during the run (e.g. picked a worker not offered)."""
+class PolicyError(Stuck):
+    """A user policy broke its protocol during the run (e.g. picked a worker not offered): the
+    run stops, with this diagnostic, as a stuck run does."""
 
 
 class CheckedPolicy:
@@ -132,7 +134,11 @@ class CheckedPolicy:
         self.policy = policy
 
     def pick(self, request, workers: Sequence[Routable]):
-        worker = self.policy.pick(request, workers)
+        try:
+            worker = self.policy.pick(request, workers)
+        except Exception as exc:  # the user's code: stop the run with its error, not a traceback
+            raise PolicyError(f"router policy {type(self.policy).__name__}.pick raised "
+                              f"{type(exc).__name__}: {exc} (request {request.rid})") from exc
         if not any(worker is w for w in workers):
             raise PolicyError(f"router policy {type(self.policy).__name__}.pick returned {worker!r}, "
                               f"not one of the {len(workers)} workers offered (request {request.rid})")
