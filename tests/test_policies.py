@@ -158,3 +158,21 @@ def test_shipped_example_runs_its_policies():
 
 def test_decision_defaults():
     assert Decision() == Decision({}, None)
+
+
+def test_api_run_takes_policy_classes_and_instances(tmp_path):
+    import simkit
+    from simkit.api import run
+
+    class First:
+        def pick(self, request, workers):
+            return workers[0]
+
+    data = {"pools": {"aggregated": {"workers": 2}}, "workload": {"kind": "synthetic", "num_requests": 20},
+            "planner": {"kind": "static", "interval_s": 1.0}}
+    result = run(data, router=First)
+    assert set(result.requests["decode_worker"]) == {0}
+    result.save(str(tmp_path / "out"))
+    assert (tmp_path / "out" / "planner.png").exists() and (tmp_path / "out" / "workers.csv").exists()
+    with pytest.raises(simkit.ConfigError):
+        run({"pools": {"aggregated": {}}}, planner=object())
