@@ -488,6 +488,10 @@ class KvAwareRouter:
     kind: Literal["kv_aware"] = "kv_aware"
     overlap_weight: float = field(default=1.0, validator=_nonneg)
     temperature: float = field(default=0.0, validator=_nonneg)
+    #: also count the prompt tokens already waiting on w (in blocks) in the prefill term, as
+    #: Dynamo's router counts each worker's pending prefill tokens: cost(w) = overlap_weight *
+    #: (uncached prompt blocks + queued prefill tokens / block_size) + KV blocks in use
+    count_queued_prefill: bool = False
 
 
 @frozen

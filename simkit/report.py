@@ -90,7 +90,8 @@ def summarize(records: RunRecords, sla: Optional[SlaSpec] = None) -> dict[str, A
     draining, integrated over the run, to its end); ``gpu_hours`` per pool (worker-seconds x
     tensor_parallel_size x data_parallel_size / 3600); with a planner, ``workers`` per pool
     {min_active, max_active, mean_provisioned}; ``prefix_cache_hit_ratio`` (prompt tokens
-    found cached / prompt tokens looked up, counting prompt admissions only); ``passes`` per
+    found cached / prompt tokens looked up, counting prompt admissions only) and
+    ``prefix_cache_hit_tokens`` (the tokens found cached); ``passes`` per
     pool; ``stop`` {reason, detail, incomplete}: why the run ended and whether it is partial; and
     ``goodput`` {requests_per_s, output_tokens_per_s, fraction} when ``sla`` sets a
     bound.
@@ -129,6 +130,7 @@ def summarize(records: RunRecords, sla: Optional[SlaSpec] = None) -> dict[str, A
                       (records.gpu_seconds or records.worker_seconds).items()},
         "prefix_cache_hit_ratio": (records.prompt_hit_tokens / records.prompt_lookup_tokens
                                    if records.prompt_lookup_tokens else 0.0),
+        "prefix_cache_hit_tokens": records.prompt_hit_tokens,
         "passes": dict(records.passes),
         "stop": {"reason": records.stop_reason, "detail": records.stop_detail,
                  "incomplete": counts["incomplete"] > 0 or records.stop_reason != "completed"},

@@ -39,6 +39,11 @@ class Routable(Protocol):
     @property
     def queued_prefill_tokens(self) -> int: ...
 
+    @property
+    def block_size(self) -> int:
+        """Tokens per KV block."""
+        ...
+
     def cached_prompt_blocks(self, request) -> tuple[int, int]:
         """(prompt blocks of ``request`` already cached here, its prompt blocks)."""
         ...
@@ -71,19 +76,24 @@ class LeastLoaded:
 
 
 class KvAware:
-    """cost = overlap_weight * uncached prompt blocks + KV blocks in use; lowest wins (seeded
-    ties) or, with a temperature, a softmax draw."""
+    """cost = overlap_weight * uncached prompt blocks (+ queued prefill blocks with
+    ``count_queued_prefill``) + KV blocks in use; lowest wins (seeded ties) or, with a
+    temperature, a softmax draw."""
 
     def __init__(self, spec: KvAwareRouter, rng: random.Random) -> None:
         self.weight = spec.overlap_weight
         self.temperature = spec.temperature
+        self.queued = spec.count_queued_prefill
         self.rng = rng
 
     def costs(self, request, workers: Sequence[Routable]) -> list[float]:
         out = []
         for w in workers:
             cached, total = w.cached_prompt_blocks(request)
-            out.append(self.weight * (total - cached) + w.kv_blocks_in_use)
+            prefill = total - cached
+            if self.queued:
+                prefill += w.queued_prefill_tokens / w.block_size
+            out.append(self.weight * prefill + w.kv_blocks_in_use)
         return out
 
     def pick(self, request, workers: Sequence[Routable]):

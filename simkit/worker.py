@@ -128,6 +128,11 @@ class Worker:
         return self.sched.kv.capacity
 
     @property
+    def block_size(self) -> int:
+        """Tokens per KV block."""
+        return self.sched.block_size
+
+    @property
     def kv_blocks_in_use(self) -> int:
         """KV blocks held by requests on this worker now."""
         return self.sched.kv.used_blocks

@@ -39,6 +39,19 @@ def test_kv_aware_cost_and_seeded_ties():
     assert picks == [KvAware(KvAwareRouter(), random.Random(7)).pick(None, tied).wid] * 3  # replayable
 
 
+def test_kv_aware_can_count_queued_prefill():
+    # block_size 10 for the fake workers: w0 has 10 uncached + 300 / 10 queued = 40 prefill
+    # blocks -> 40 + 5 = 45; w1 has 2 + 0 -> 2 + 12 = 14; w2 0 + 100 / 10 -> 10 + 30 = 40
+    ws = [FakeWorker(0, 5, 300, 0), FakeWorker(1, 12, 0, 8), FakeWorker(2, 30, 100, 10)]
+    for w in ws:
+        w.block_size = 10
+    policy = KvAware(KvAwareRouter(count_queued_prefill=True), random.Random(0))
+    assert policy.costs(None, ws) == [45.0, 14.0, 40.0]
+    # overlap_weight 4: 160 + 5, 8 + 12, 40 + 30
+    assert KvAware(KvAwareRouter(overlap_weight=4.0, count_queued_prefill=True), random.Random(0)).costs(
+        None, ws) == [165.0, 20.0, 70.0]
+
+
 def test_session_affinity_sticks_to_the_first_workers_choice():
     policy = SessionAffinity(SessionAffinityRouter(), random.Random(0))
     ws = [FakeWorker(0, 9, 0, 0), FakeWorker(1, 3, 0, 0)]
