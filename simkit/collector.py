@@ -196,6 +196,7 @@ class Collector:
                 cached_tokens=self.cached_tokens[rid],
                 prefill_worker=self.prefill_worker[rid],
                 decode_worker=self.decode_worker[rid],
+                priority=req.priority,
             ))
         token_times = None
         if self.token_times is not None:

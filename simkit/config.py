@@ -286,6 +286,15 @@ class SharedPrefix:
 
 
 @frozen
+class PriorityClass:
+    """Requests of priority ``value`` (> 0; higher is more important) make ``share`` of the
+    workload (shares are relative weights)."""
+
+    value: float = field(default=1.0, validator=_pos)
+    share: float = field(default=1.0, validator=_pos)
+
+
+@frozen
 class SyntheticWorkload:
     """Generated requests: arrivals, input and output lengths, optional shared prefixes.
 
@@ -305,6 +314,14 @@ class SyntheticWorkload:
     trace_block_size: int = field(default=16, validator=_tokens)  #: tokens per prompt identity block
     #: multi-turn sessions (``num_requests`` then counts turns; arrivals start sessions)
     sessions: Optional[SyntheticSessions] = None
+    #: request priorities drawn per request (null: every request has priority 1)
+    priorities: Optional[list[PriorityClass]] = None
+
+    def __attrs_post_init__(self) -> None:
+        if self.priorities is not None:
+            if not self.priorities:
+                raise ValueError("'priorities' must list at least one {value, share}")
+            object.__setattr__(self, "priorities", list(self.priorities))
 
 
 @frozen
@@ -492,6 +509,10 @@ class KvAwareRouter:
     #: Dynamo's router counts each worker's pending prefill tokens: cost(w) = overlap_weight *
     #: (uncached prompt blocks + queued prefill tokens / block_size) + KV blocks in use
     count_queued_prefill: bool = False
+    #: > 0: the router knows each worker's cache only from the KV events it publishes (blocks
+    #: stored when scheduled, blocks evicted), which reach the router this late. 0: the router
+    #: reads the caches directly (events arriving at once)
+    kv_event_lag_ms: float = field(default=0.0, validator=_nonneg)
 
 
 @frozen
@@ -534,7 +555,8 @@ class RouterQueueSpec:
     ``max_kv_usage`` of its cache, or its queued prefill tokens exceed
     ``max_queued_prefill_tokens``; null thresholds never make it busy (the default: no
     waiting). Waiting requests leave in ``policy`` order: fcfs (oldest first), lcfs (newest
-    first) or wspt (shortest expected work first: fewest prompt + output tokens)."""
+    first) or wspt (weighted shortest processing time, Smith's rule: least expected work per
+    unit of priority first, work = prompt + output tokens; then the oldest)."""
 
     policy: Literal["fcfs", "lcfs", "wspt"] = "fcfs"
     max_kv_usage: Optional[float] = field(default=None, validator=_pos + [_at_most(1)])  #: fraction

@@ -20,15 +20,16 @@ scheduler decision made at a pass boundary, not a blocking wait (ARCHITECTURE.md
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Sequence
+from itertools import islice
+from typing import Callable, Optional, Sequence
 
-__all__ = ["KvCache"]
+__all__ = ["KvCache", "PublishedBlocks"]
 
 
 class KvCache:
     """Block manager for ``num_blocks`` KV blocks; ``prefix_caching`` enables identity reuse."""
 
-    __slots__ = ("capacity", "prefix_caching", "free_anon", "used_anon", "lru", "ref")
+    __slots__ = ("capacity", "prefix_caching", "free_anon", "used_anon", "lru", "ref", "on_event")
 
     def __init__(self, num_blocks: int, prefix_caching: bool = True) -> None:
         self.capacity = num_blocks
@@ -37,6 +38,9 @@ class KvCache:
         self.used_anon = 0
         self.lru: OrderedDict[int, None] = OrderedDict()
         self.ref: dict[int, int] = {}
+        #: KV events, when set: called as on_event(stored, keys) when blocks gain an identity
+        #: (stored=True: hittable from now on) or lose it to eviction (stored=False)
+        self.on_event: Optional[Callable[[bool, list], None]] = None
 
     @property
     def free_blocks(self) -> int:
@@ -93,6 +97,8 @@ class KvCache:
         evict = n - take
         if evict:
             lru = self.lru
+            if self.on_event is not None:
+                self.on_event(False, list(islice(lru, evict)))
             if evict == len(lru):
                 lru.clear()
             else:
@@ -108,6 +114,8 @@ class KvCache:
             return False
         self.used_anon -= 1
         self.ref[key] = 1
+        if self.on_event is not None:
+            self.on_event(True, [key])
         return True
 
     def register_many(self, keys: Sequence[int]) -> list[int]:
@@ -120,6 +128,8 @@ class KvCache:
                 ref[key] = 1
                 taken.append(key)
         self.used_anon -= len(taken)
+        if taken and self.on_event is not None:
+            self.on_event(True, list(taken))
         return taken
 
     def release(self, keys: Sequence[int], anon: int) -> None:
@@ -146,3 +156,29 @@ class KvCache:
             f"KV blocks not conserved: free {self.free_anon} + cached {len(self.lru)} + "
             f"keyed {len(self.ref)} + anon {self.used_anon} != {self.capacity}"
         )
+
+
+class PublishedBlocks:
+    """What a router knows of one worker's cache: the identity keys its KV events announced
+    (stored adds, evicted removes), applied in the order they were published."""
+
+    __slots__ = ("keys",)
+
+    def __init__(self) -> None:
+        self.keys: set[int] = set()
+
+    def apply(self, stored: bool, keys: Sequence[int]) -> None:
+        if stored:
+            self.keys.update(keys)
+        else:
+            self.keys.difference_update(keys)
+
+    def match(self, keys: Sequence[int]) -> int:
+        """Leading ``keys`` announced as cached."""
+        known = self.keys
+        hits = 0
+        for key in keys:
+            if key not in known:
+                break
+            hits += 1
+        return hits

@@ -44,6 +44,7 @@ class RequestRecord:
     cached_tokens: int
     prefill_worker: Optional[int]
     decode_worker: Optional[int]
+    priority: float = 1.0
 
     @property
     def ttft_s(self) -> Optional[float]:

@@ -55,6 +55,7 @@ def request_rows(records: RunRecords) -> list[dict[str, Any]]:
             "cached_tokens": r.cached_tokens,
             "prefill_worker": r.prefill_worker,
             "decode_worker": r.decode_worker,
+            "priority": r.priority,
         })
     return rows
 

@@ -236,8 +236,9 @@ class Router:
             index = 0
         elif policy == "lcfs":
             index = len(held) - 1
-        else:  # wspt: least expected work, then the oldest (stable: index)
-            index = min(range(len(held)), key=lambda i: (held[i].input_length + held[i].output_length, i))
+        else:  # wspt (Smith's rule): least expected work per unit of priority, then the oldest
+            index = min(range(len(held)), key=lambda i: (
+                (held[i].input_length + held[i].output_length) / held[i].priority, i))
         return held.pop(index)
 
     def poke(self) -> None:

@@ -33,6 +33,7 @@ from simkit.rng import RngStreams
 from simkit.router import Router
 from simkit.source import Source
 from simkit.trace import load_workload
+from simkit.units import S_PER_MS
 from simkit.worker import Stuck, Worker
 
 __all__ = ["Simulation", "build", "simulate"]
@@ -72,6 +73,7 @@ class Simulation:
         entry_name = "aggregated" if scenario.mode == "aggregated" else "prefill"
         self._pass_end_hook = None  # set once the router exists (router queue thresholds)
         latencies = {}
+        event_lag_s = getattr(scenario.router, "kv_event_lag_ms", 0.0) * S_PER_MS
         for index, (name, spec) in enumerate(scenario.pools.named()):
             latency = latencies[name] = make_latency_model(scenario.latency, spec.num_gpu_blocks * spec.block_size)
             sink = self.link.send if name == "prefill" else None
@@ -83,6 +85,8 @@ class Simulation:
                                 horizon=scenario.max_sim_time_s, record_passes=record_passes)
                 if entry:
                     worker.on_pass_end = self._pass_end_hook
+                if event_lag_s:
+                    worker.publish_kv_events(event_lag_s)
                 return worker
 
             pool = self.worker_pools[name] = WorkerPool(env, name, spec, make_worker, self.gpus, spec.workers)

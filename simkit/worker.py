@@ -28,6 +28,7 @@ from simpy.events import Event
 
 from simkit.config import PoolSpec
 from simkit.engine import LatencyModel
+from simkit.kvcache import PublishedBlocks
 from simkit.messages import Drain, Handoff, Inbox, Released
 from simkit.probe import COMPLETED, REJECTED, Probe
 from simkit.records import PassRecord
@@ -100,6 +101,20 @@ class Worker:
         self.draining = False
         #: called once, at the instant a draining worker holds nothing more (its pool frees it)
         self.on_stop: Optional[Callable[["Worker"], None]] = None
+        #: with a KV event lag: what the router has heard of this worker's cache
+        self.published: Optional[PublishedBlocks] = None
+        self.event_lag_s = 0.0
+
+    def publish_kv_events(self, lag_s: float) -> None:
+        """From now on, announce blocks stored and evicted; the router's view of this worker's
+        cache (:attr:`published`, read by :meth:`cached_prompt_blocks`) gets them ``lag_s`` later."""
+        self.published = PublishedBlocks()
+        self.event_lag_s = lag_s
+        self.sched.kv.on_event = self._publish
+
+    def _publish(self, stored: bool, keys: list) -> None:
+        self.env.timeout(self.event_lag_s).callbacks.append(
+            lambda _event: self.published.apply(stored, keys))
 
     def start(self) -> simpy.Process:
         return self.env.process(self.serve())
@@ -147,12 +162,15 @@ class Worker:
         return queued
 
     def cached_prompt_blocks(self, request: Request) -> tuple[int, int]:
-        """(leading prompt blocks of ``request`` cached here, its full prompt blocks)."""
+        """(leading prompt blocks of ``request`` cached here, its full prompt blocks); with KV
+        events, cached as far as the router has heard."""
         sched = self.sched
         total = request.input_length // sched.block_size
         if not sched.caching:
             return 0, total
         keys = request.block_keys(sched.block_size)
+        if self.published is not None:
+            return self.published.match(keys), total
         return sched.kv.match(keys, len(keys))[0], total
 
     @property
