@@ -477,6 +477,11 @@ class LinkSpec:
     latency_ms: float = field(default=0.0, validator=_nonneg)
     channels: int = field(default=1, validator=_count)
     kv_bytes_per_token: int = field(default=131072, validator=[_positive, _at_most(1 << 40)])
+    #: ``full_prompt``: every prompt token's KV crosses the link, and the decode worker is
+    #: chosen when it arrives. ``destination_missing``: the decode worker is chosen when the
+    #: prefill ends and only the prompt tokens it does not already cache (whole blocks, as its
+    #: cache holds them then) cross (REFERENCE.md s5)
+    timing_mode: Literal["full_prompt", "destination_missing"] = "full_prompt"
 
 
 @frozen

@@ -246,6 +246,16 @@ class Router:
         if self.held and not self.wake.triggered:
             self.wake.succeed()
 
+    def place_decode(self, request):
+        """Choose the decode worker for ``request`` now, before its KV moves (destination_missing),
+        and count it as expected there; None when no decode worker is routable."""
+        workers = self.decode_workers
+        if not workers:
+            return None
+        worker = self.decode_policy.pick(request, workers)
+        worker.expected_handoffs += 1
+        return worker
+
     def poke_decode(self) -> None:
         """A decode worker became routable: held handoffs may leave."""
         if self.held_handoffs and not self.decode_wake.triggered:

@@ -99,6 +99,8 @@ class Simulation:
                              handoff_queue=handoff_queue, decode_workers=decode.routable if decode else None,
                              rngs=(streams.get("router"), streams.get("router_decode")),
                              queue_spec=scenario.router_queue, dynamic=dynamic, policy_factory=router_policy)
+        if self.link is not None and scenario.link.timing_mode == "destination_missing":
+            self.link.place = self.router.place_decode
         if scenario.router_queue.enabled:
             self._pass_end_hook = self.router.poke
             for worker in self.pools[entry_name]:

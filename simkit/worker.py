@@ -101,6 +101,9 @@ class Worker:
         self.draining = False
         #: called once, at the instant a draining worker holds nothing more (its pool frees it)
         self.on_stop: Optional[Callable[["Worker"], None]] = None
+        #: handoffs placed on this worker still on the link (destination_missing): it may not
+        #: stop draining before they arrive
+        self.expected_handoffs = 0
         #: with a KV event lag: what the router has heard of this worker's cache
         self.published: Optional[PublishedBlocks] = None
         self.event_lag_s = 0.0
@@ -173,6 +176,15 @@ class Worker:
             return self.published.match(keys), total
         return sched.kv.match(keys, len(keys))[0], total
 
+    def cached_prompt_tokens(self, request: Request) -> int:
+        """Prompt tokens of ``request`` whose KV this worker's cache holds now (whole leading
+        blocks; the actual cache, whatever the router has heard)."""
+        sched = self.sched
+        if not sched.caching:
+            return 0
+        keys = request.block_keys(sched.block_size)
+        return sched.kv.match(keys, len(keys))[0] * sched.block_size
+
     @property
     def name(self) -> str:
         return f"{self.pool}/{self.wid}"
@@ -221,7 +233,7 @@ class Worker:
         rank = self.rank
         while True:
             if not sched.has_work():
-                if self.draining and not sched.held and not inbox.items:
+                if self.draining and not sched.held and not inbox.items and not self.expected_handoffs:
                     self.on_stop(self)
                     return
                 self._accept((yield inbox.get()))

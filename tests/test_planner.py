@@ -249,3 +249,18 @@ def test_planner_scenario_meets_the_sla_with_fewer_gpu_hours_than_the_smallest_s
     workers = planned["workers"]
     assert workers["prefill"]["max_active"] >= 4 and workers["decode"]["max_active"] >= 2
     assert planned["workers"]["prefill"]["min_active"] == planned["workers"]["decode"]["min_active"] == 1
+
+
+def test_draining_decode_worker_waits_for_kv_already_on_its_way():
+    # destination_missing places r1 on decode worker 1 when its prefill ends (10 ms); its KV
+    # (1,000 tokens x 128 KiB at 0.05 GB/s = 2.62 s, after r0's on the one channel) lands at
+    # about 5.25 s. At t=1 the decode pool goes to 1: worker 1 drains, but it must wait for r1,
+    # serve it, and only then stop
+    base = scenario(mode="disaggregated", decode_workers=2, latency=CONST)
+    changes = {"pools.decode.min_workers": 1,
+               "link": {"bandwidth_gb_per_s": 0.05, "timing_mode": "destination_missing"}}
+    records, sim, _ = run_scripted(base, changes, [req(0, 0, 1000, 3), req(1, 0, 1000, 3)], {1.0: {"decode": 1}})
+    r0, r1 = records.requests
+    assert (r0.decode_worker, r1.decode_worker) == (0, 1) and r1.status == "completed"
+    assert r1.handed_off_at == pytest.approx(0.01 + 2 * 1000 * 131072 / 0.05e9, rel=1e-12)
+    assert counts(records, "decode") == [(0.0, 0, 2, 0), (1.0, 0, 1, 1), (r1.finished_at, 0, 1, 0)]

@@ -187,3 +187,20 @@ def test_kv_event_lag_zero_is_the_direct_read():
     assert lagged.prompt_hit_tokens == direct.prompt_hit_tokens
     blind = simulate(override(base, {"router.kv_event_lag_ms": 10_000.0}), reqs)
     assert blind.prompt_hit_tokens < direct.prompt_hit_tokens
+
+
+@pytest.mark.parametrize("mode", ["full_prompt", "destination_missing"])
+def test_decode_placement_prefers_the_cached_worker_and_moves_only_missing_kv(mode):
+    # 1 prefill, 2 decode workers, KV-aware, a 1 GB/s link: a 1,030-token prompt is 16 full
+    # 64-token blocks + 6 tokens. r0 goes to some decode worker X and leaves its 16 blocks
+    # cached there. r1 (same prompt) is placed on X (16 cached blocks: cost 0 vs 16): full_prompt
+    # moves all 1,030 tokens, destination_missing only the 6 X lacks
+    s = override(scenario(mode="disaggregated", decode_workers=2),
+                 {"router": {"kind": "kv_aware"}, "link": {"bandwidth_gb_per_s": 1.0, "timing_mode": mode}})
+    r0, r1 = req(0, 0, 1030, 4, [1, 2, 3]), req(1, 2000, 1030, 4, [1, 2, 3])
+    records = simulate(s, [r0, r1], check=True)
+    a, b = records.requests
+    assert b.decode_worker == a.decode_worker
+    per_token = 131072 / 1e9
+    assert a.transfer_s == pytest.approx(1030 * per_token, rel=1e-12)  # nothing cached yet
+    assert b.transfer_s == pytest.approx((1030 if mode == "full_prompt" else 6) * per_token, rel=1e-12)
