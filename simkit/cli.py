@@ -182,6 +182,7 @@ def compare_table(results) -> str:
         ("output tokens/s", lambda s: _fmt(s["throughput"]["output_tokens_per_s"], ".1f")),
         ("goodput fraction", lambda s: _fmt(s.get("goodput", {}).get("fraction"), ".3f")),
         ("worker-seconds", lambda s: _fmt(sum(s["worker_seconds"].values()), ".1f")),
+        ("GPU-hours", lambda s: _fmt(sum(s["gpu_hours"].values()) if "gpu_hours" in s else None, ".3f")),
         ("prefix hit ratio", lambda s: _fmt(s["prefix_cache_hit_ratio"], ".3f")),
     ]
     width = max(14, *(len(r.label) for r in results))

@@ -264,3 +264,24 @@ def test_draining_decode_worker_waits_for_kv_already_on_its_way():
     assert (r0.decode_worker, r1.decode_worker) == (0, 1) and r1.status == "completed"
     assert r1.handed_off_at == pytest.approx(0.01 + 2 * 1000 * 131072 / 0.05e9, rel=1e-12)
     assert counts(records, "decode") == [(0.0, 0, 2, 0), (1.0, 0, 1, 1), (r1.finished_at, 0, 1, 0)]
+
+
+def test_new_worker_waits_for_gpus_a_draining_worker_still_holds():
+    # budget 2 GPUs, 1 prefill + 1 decode. At t=1 the decode pool goes to 0 and prefill to 2:
+    # the decode worker drains r0 (a 10 ms prefill pass, then one decode pass per token, the
+    # first included, disaggregated: 302 x 10 ms, done at 3.03 s) and the new prefill worker, waiting for its GPU (not counted meanwhile), is
+    # active at that instant (startup 0). At t=4 it goes back: the idle prefill worker 1 stops
+    # at once and its GPU lets a new decode worker in, which serves r1 (at 4.5 s)
+    base = scenario(mode="disaggregated", latency=CONST)
+    changes = {"pools.decode.min_workers": 0, "pools.prefill.max_workers": 2}
+    reqs = [req(0, 0, 100, 302), req(1, 4500, 100, 2)]
+    records, sim, _ = run_scripted(base, changes, reqs, {1.0: {"decode": 0, "prefill": 2},
+                                                         4.0: {"decode": 1, "prefill": 1}}, gpu_budget=2)
+    r0, r1 = records.requests
+    done = r0.finished_at
+    assert done == pytest.approx(0.01 + 0.01 * 302, rel=1e-9)
+    assert counts(records, "decode") == [(0.0, 0, 1, 0), (1.0, 0, 0, 1), (done, 0, 0, 0), (4.0, 0, 1, 0)]
+    assert counts(records, "prefill") == [(0.0, 0, 1, 0), (done, 0, 2, 0), (4.0, 0, 1, 0)]
+    assert (r1.status, r1.decode_worker) == ("completed", 1)
+    assert records.worker_seconds["prefill"] == pytest.approx(records.end_at + (4.0 - done), rel=1e-12)
+    assert records.worker_seconds["decode"] == pytest.approx(done + (records.end_at - 4.0), rel=1e-12)
