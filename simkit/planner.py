@@ -48,9 +48,12 @@ from simkit.config import (
 )
 from simkit.records import PoolSample
 from simkit.units import BYTES_PER_GB, MS_PER_S, S_PER_MS
-from simkit.worker import Stuck
+from simkit.worker import PassBoundary, Stuck
 
 __all__ = ["Decision", "Planner", "PoolView", "Snapshot", "Traffic", "WorkerView", "make_planner_policy"]
+
+#: the planner acts after every worker's pass boundary of its instant (worker ranks are below)
+PLANNER_RANK = 1 << 62
 
 #: planner ticks in a row with nothing else scheduled and requests left before the run is
 #: declared stuck (a policy that keeps a needed pool at zero workers)
@@ -402,6 +405,7 @@ class Planner:
         self.link = link
         self.mode = mode
         self.samples: list[PoolSample] = []
+        self.next_at = spec.interval_s  #: time of the next tick (read by fast-forwarding workers)
         self._last_at = 0.0
         self._lookup = (0, 0)
         self._idle = 0
@@ -410,11 +414,17 @@ class Planner:
         return self.env.process(self.run())
 
     def run(self):
-        """Yields: one timeout per tick (``interval_s``, or the policy's ``next_tick_s``)."""
+        """Yields: per tick, a timeout to it (``interval_s``, or the policy's ``next_tick_s``),
+        then a :class:`~simkit.worker.PassBoundary` ranked after every worker's, so that the
+        planner observes the instant settled: passes ending then are applied and those starting
+        then have taken their KV, with or without fast-forwarding (workers' fast-forwarded runs
+        stop at :attr:`next_at`)."""
         env = self.env
         delay = self.spec.interval_s
+        self.next_at = env.now + delay
         while True:
             yield env.timeout(delay)
+            yield PassBoundary(env, PLANNER_RANK)
             snap = self.observe()
             try:
                 decision = self.policy.plan(snap)
@@ -432,6 +442,7 @@ class Planner:
             if not (isinstance(delay, (int, float)) and delay > 0 and math.isfinite(delay)):
                 raise PlannerPolicyError(f"planner policy {type(self.policy).__name__} asked for its next tick "
                                          f"in {delay!r} s; expected a positive number")
+            self.next_at = env.now + delay
             self._check_progress()
 
     # ------------------------------------------------------------------ observation

@@ -72,6 +72,7 @@ class Simulation:
             self.link = KvLink(env, scenario.link, handoff_queue, probe)
         entry_name = "aggregated" if scenario.mode == "aggregated" else "prefill"
         self._pass_end_hook = None  # set once the router exists (router queue thresholds)
+        self._clock = None  # the planner, once it exists (fast-forward horizon)
         latencies = {}
         event_lag_s = getattr(scenario.router, "kv_event_lag_ms", 0.0) * S_PER_MS
         for index, (name, spec) in enumerate(scenario.pools.named()):
@@ -87,6 +88,7 @@ class Simulation:
                     worker.on_pass_end = self._pass_end_hook
                 if event_lag_s:
                     worker.publish_kv_events(event_lag_s)
+                worker.clock = self._clock
                 return worker
 
             pool = self.worker_pools[name] = WorkerPool(env, name, spec, make_worker, self.gpus, spec.workers)
@@ -119,6 +121,10 @@ class Simulation:
             self.planner = Planner(env, planner_spec, make_planner_policy(planner_spec, planner_policy),
                                    self.worker_pools, self.router, self.collector, self.gpus, latencies,
                                    scenario.sla, scenario.link, scenario.mode)
+            self._clock = self.planner
+            for workers in self.pools.values():
+                for worker in workers:
+                    worker.clock = self.planner
         self._started = False
 
     def start(self) -> None:

@@ -88,6 +88,9 @@ class Worker:
         #: run repeated pure-decode passes as one timeout (exactly equal results; see serve)
         self.fast_forward = fast_forward and role != "prefill"
         self.horizon = horizon  #: the run's time cap: fast-forwarded runs never cross it
+        #: with a planner: an object whose ``next_at`` is the planner's next tick, which
+        #: fast-forwarded runs never cross either (so the planner sees what per-pass stepping shows)
+        self.clock = None
         self.passes = 0
         self.busy_s = 0.0
         self.stalled = 0  #: passes in a row without a token or a finished prompt
@@ -300,6 +303,8 @@ class Worker:
         env, sched = self.env, self.sched
         n_req, ctx = batch.decode_requests, batch.decode_context_tokens
         horizon = self.horizon
+        if self.clock is not None:
+            horizon = self.clock.next_at if horizon is None else min(horizon, self.clock.next_at)
         start = env.now
         dts: list = []
         ends: list = []

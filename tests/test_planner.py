@@ -285,3 +285,18 @@ def test_new_worker_waits_for_gpus_a_draining_worker_still_holds():
     assert (r1.status, r1.decode_worker) == ("completed", 1)
     assert records.worker_seconds["prefill"] == pytest.approx(records.end_at + (4.0 - done), rel=1e-12)
     assert records.worker_seconds["decode"] == pytest.approx(done + (records.end_at - 4.0), rel=1e-12)
+
+
+def test_fast_forward_equals_per_pass_under_a_planner():
+    # the planner reads KV usage and recent latencies mid-run: fast-forwarded decode runs stop
+    # at its ticks, so it sees (and decides) exactly what per-pass stepping shows
+    s = override(scenario(mode="disaggregated", workers=1, decode_workers=1),
+                 {"planner": {"kind": "threshold", "interval_s": 0.7, "scale_up_kv_usage": 0.02,
+                              "scale_down_kv_usage": 0.01, "scale_up_queued_prefill_tokens": 3000},
+                  "pools.prefill.max_workers": 3, "pools.decode.max_workers": 3,
+                  "pools.decode.startup_time_s": 0.3, "pools.decode.min_workers": 0})
+    reqs = [req(i, 30 * i, 1500 + 97 * (i % 13), 60 + 7 * (i % 5), [i % 3, 10 + i]) for i in range(150)]
+    fast, slow = simulate(s, reqs), simulate(s, reqs, fast_forward=False)
+    assert len({c.active for c in fast.worker_counts if c.pool == "decode"}) > 1  # it did scale
+    assert fast.requests == slow.requests and fast.token_times == slow.token_times
+    assert fast.worker_counts == slow.worker_counts and fast.pool_samples == slow.pool_samples
