@@ -31,6 +31,7 @@ def main() -> None:
     save(disagg.plot_cdf(more, agg), "latency_cdf.png")
     save(disagg.plot_series(), "worker_series.png")
     save(disagg.plot_passes(until_s=2.0), "pass_timeline.png")
+    save(simkit.run(os.path.join(REPO, "scenarios", "planner.yaml")).plot_planner(), "planner.png")
     with tempfile.TemporaryDirectory() as tmp:
         subprocess.run([sys.executable, "-m", "simkit", "sweep", os.path.join(REPO, "scenarios", "disagg.yaml"),
                         "--grid", "pools.prefill.workers=1,2,3", "--grid", "pools.decode.workers=1,2,3",

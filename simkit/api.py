@@ -12,8 +12,9 @@ import json
 import os
 from typing import Any, Mapping, Optional, Sequence, Union
 
-from simkit.config import Scenario, load_scenario, override, scenario_from_dict, yaml_load
+from simkit.config import ConfigError, Scenario, load_scenario, override, scenario_from_dict, yaml_load
 from simkit.output import rows_table, write_run
+from simkit.plugins import policy_factory
 from simkit.records import RunRecords
 from simkit.report import render_text, request_rows, summarize
 from simkit.request import Request
@@ -63,6 +64,13 @@ class Result:
 
         return worker_series(self._records())
 
+    def plot_planner(self):
+        """A Figure: workers per pool, queues, KV usage, TTFT and ITL over time (needs a
+        ``planner``)."""
+        from simkit.plots import planner_series
+
+        return planner_series(self._records(), self.scenario.sla)
+
     def _records(self) -> RunRecords:
         if self.records is None:
             raise ValueError("a result loaded from a folder has no records")
@@ -79,6 +87,8 @@ class Result:
         if self.records is None:
             raise ValueError("a result loaded from a folder has no records to save")
         figures = {"latency_cdf": self.plot_cdf()} if plots else {}
+        if plots and self.records.pool_samples is not None:
+            figures["planner"] = self.plot_planner()
         write_run(out_dir, self.scenario, self.records, self.summary, {"api": True}, figures, force)
         return out_dir
 
@@ -96,19 +106,30 @@ def _scenario(scenario: Union[str, os.PathLike, Mapping, Scenario],
 
 def run(scenario: Union[str, os.PathLike, Mapping, Scenario], overrides: Optional[Mapping[str, Any]] = None,
         requests: Optional[Sequence[Request]] = None, check: bool = False, label: Optional[str] = None,
-        progress: bool = False, record_passes: bool = False) -> Result:
+        progress: bool = False, record_passes: bool = False, router=None, planner=None) -> Result:
     """Simulate a scenario (a YAML path, a dict or a :class:`Scenario`) with dotted
     ``overrides`` (``{"pools.decode.workers": 4}``) and return its :class:`Result`.
     ``record_passes`` keeps every forward pass (for :meth:`Result.plot_passes`,
     :meth:`Result.plot_series` and the saved ``timeline.json``).
 
+    ``router`` / ``planner`` replace the scenario's routing / planner policy with your own
+    (protocols in :mod:`simkit.router` and :mod:`simkit.planner`): a class (built with no
+    argument, once per decision point) or an instance (shared). A planner policy needs the
+    scenario to have a ``planner`` section (its ``interval_s`` and ``gpu_budget`` apply).
+
     Raises:
-        simkit.ConfigError: an invalid scenario or override (one message per problem).
+        simkit.ConfigError: an invalid scenario or override (one message per problem), or a
+            policy without its protocol's method.
         simkit.trace.TraceError: the workload's trace file is missing or malformed.
     """
 
     s = _scenario(scenario, overrides)
-    sim = build(s, requests, record_token_times=True, record_passes=record_passes)
+    if planner is not None and s.planner is None:
+        raise ConfigError(["planner: the scenario has no 'planner' section to run this policy in "
+                           "(add e.g. planner: {kind: static, interval_s: 10})"])
+    sim = build(s, requests, record_token_times=True, record_passes=record_passes,
+                router_policy=None if router is None else policy_factory(router, "router"),
+                planner_policy=None if planner is None else policy_factory(planner, "planner"))
     if progress:
         from simkit.progress import attach_progress
 

@@ -188,6 +188,7 @@ def compare_table(results) -> str:
         ("output tokens/s", lambda s: _fmt(s["throughput"]["output_tokens_per_s"], ".1f")),
         ("goodput fraction", lambda s: _fmt(s.get("goodput", {}).get("fraction"), ".3f")),
         ("worker-seconds", lambda s: _fmt(sum(s["worker_seconds"].values()), ".1f")),
+        ("GPU-hours", lambda s: _fmt(sum(s["gpu_hours"].values()) if "gpu_hours" in s else None, ".3f")),
         ("prefix hit ratio", lambda s: _fmt(s["prefix_cache_hit_ratio"], ".3f")),
     ]
     width = max(14, *(len(r.label) for r in results))
@@ -280,6 +281,8 @@ def _simulate_and_write(args, argv: list, interrupts: _Interrupts, scenario, out
                         record_passes=args.timeline, stream=args.stream, sink=sink)
         except TraceError as exc:
             return _fail([str(exc)])
+        except ConfigError as exc:  # a kind: python policy that does not import or fit its protocol
+            return _fail([f"{args.scenario}: {m}" for m in exc.messages])
         return _run_and_write(args, argv, interrupts, scenario, out_dir, sim, wall0)
     except TraceError as exc:  # a streamed trace's bad line, met during the run
         return _fail([str(exc)])
@@ -303,6 +306,10 @@ def _run_and_write(args, argv: list, interrupts: _Interrupts, scenario, out_dir:
         from simkit.plots import latency_cdf
 
         figures["latency_cdf"] = latency_cdf([(scenario.name, records)], scenario.sla)
+        if records.pool_samples is not None:
+            from simkit.plots import planner_series
+
+            figures["planner"] = planner_series(records, scenario.sla)
         if args.timeline:
             from simkit.plots import pass_timeline, worker_series
 

@@ -36,7 +36,7 @@ class _Live:
     __slots__ = ("input_length", "output_length", "arrived_at", "dispatched_at", "first_admitted_at",
                  "first_token_at", "second_token_at", "last_token_at", "n_tokens", "prefilled_at",
                  "handed_off_at", "decode_admitted_at", "cached_tokens", "prefill_worker", "decode_worker",
-                 "times")
+                 "times", "priority")
 
     def __init__(self, request: Request, at: float, times: Optional[array]) -> None:
         self.input_length = request.input_length
@@ -49,6 +49,7 @@ class _Live:
         self.n_tokens = 0
         self.cached_tokens = 0
         self.times = times
+        self.priority = request.priority
 
     def record(self, rid: int, status: str, finished_at: Optional[float]) -> RequestRecord:
         return RequestRecord(
@@ -59,7 +60,7 @@ class _Live:
             last_token_at=self.last_token_at, finished_at=finished_at, prefilled_at=self.prefilled_at,
             handed_off_at=self.handed_off_at, decode_admitted_at=self.decode_admitted_at,
             cached_tokens=self.cached_tokens, prefill_worker=self.prefill_worker,
-            decode_worker=self.decode_worker)
+            decode_worker=self.decode_worker, priority=self.priority)
 
 
 def not_arrived_record(request: Request) -> RequestRecord:
@@ -69,7 +70,7 @@ def not_arrived_record(request: Request) -> RequestRecord:
         requested_output_length=request.output_length, output_length=0, status=INCOMPLETE,
         first_admitted_at=None, first_token_at=None, second_token_at=None, last_token_at=None,
         finished_at=None, prefilled_at=None, handed_off_at=None, decode_admitted_at=None, cached_tokens=0,
-        prefill_worker=None, decode_worker=None)
+        prefill_worker=None, decode_worker=None, priority=request.priority)
 
 
 class Collector:
@@ -96,6 +97,10 @@ class Collector:
         self.expected = expected
         #: called as listener(rid, at, status) when a request ends (the source's dependents)
         self.listeners: list = []
+        #: with :meth:`track_recent`: since the last :meth:`take_recent`, the requests that
+        #: arrived, the TTFTs of first tokens (s), and per completion its ITL (s; None below 2
+        #: tokens)
+        self.recent: Optional[tuple[list, list, list]] = None
         self.all_done = env.event()
         if expected == 0:
             self.all_done.succeed()
@@ -111,14 +116,29 @@ class Collector:
         if self.ended_count == total and not self.all_done.triggered:
             self.all_done.succeed()
 
+    def track_recent(self) -> None:
+        """Start keeping recent arrivals, TTFTs and ITLs (the planner's window; off by default,
+        it costs an append per event)."""
+        self.recent = ([], [], [])
+
+    def take_recent(self) -> tuple[list, list, list]:
+        """(requests that arrived, TTFTs in s of first tokens, ITLs in s (or None) of
+        completions) since the previous call."""
+        out = self.recent
+        self.recent = ([], [], [])
+        return out
+
     # ------------------------------------------------------------------ probe
 
     def arrived(self, rid: int, at: float) -> None:
         times = array("d") if self.token_times is not None else None
-        self.live[rid] = _Live(self.requests[rid], at, times)
+        request = self.requests[rid]
+        self.live[rid] = _Live(request, at, times)
         if times is not None:
             self.token_times[rid] = times
         self.arrived_count += 1
+        if self.recent is not None:
+            self.recent[0].append(request)
 
     def dispatched(self, rid: int, at: float) -> None:
         self.live[rid].dispatched_at = at
@@ -151,6 +171,8 @@ class Collector:
                                      f"output tokens (at t={at:.6f} s)")
             if count == 0:
                 st.first_token_at = at
+                if self.recent is not None:
+                    self.recent[1].append(at - st.arrived_at)
             elif count == 1:
                 st.second_token_at = at
             st.n_tokens = count + 1
@@ -169,6 +191,8 @@ class Collector:
                                      f"output tokens (at t={times[-1]:.6f} s)")
             if count == 0:
                 st.first_token_at = times[0]
+                if self.recent is not None:
+                    self.recent[1].append(times[0] - st.arrived_at)
                 if n > 1:
                     st.second_token_at = times[1]
             elif count == 1:
@@ -191,6 +215,9 @@ class Collector:
                                  f"or never arrived (at t={at:.6f} s)")
         self.sink.append(st.record(rid, status, at if status == COMPLETED else None))
         self.ended_count += 1
+        if self.recent is not None and status == COMPLETED:
+            n = st.n_tokens
+            self.recent[2].append((st.last_token_at - st.first_token_at) / (n - 1) if n > 1 else None)
         for listener in self.listeners:
             listener(rid, at, status)
         if self.ended_count == self.expected:
@@ -199,9 +226,10 @@ class Collector:
     # ------------------------------------------------------------------ results
 
     def finalize(self, end_at: float, worker_seconds: dict, passes: dict, stop_reason: str = "completed",
-                 stop_detail: Optional[str] = None, not_arrived: Iterable[Request] = ()) -> RunRecords:
+                 stop_detail: Optional[str] = None, not_arrived: Iterable[Request] = (), **extra) -> RunRecords:
         """Freeze everything into :class:`RunRecords`: the records of ended requests, then those
-        still in flight (incomplete, with their partial timelines), then ``not_arrived``.
+        still in flight (incomplete, with their partial timelines), then ``not_arrived``;
+        ``extra`` are further RunRecords fields (the planner's series).
 
         With a list sink the records come ordered by ``rid``; a spool keeps the order of
         writing and is closed here.
@@ -231,4 +259,5 @@ class Collector:
             token_times=token_times,
             stop_reason=stop_reason,
             stop_detail=stop_detail,
+            **extra,
         )

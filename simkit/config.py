@@ -286,6 +286,15 @@ class SharedPrefix:
 
 
 @frozen
+class PriorityClass:
+    """Requests of priority ``value`` (> 0; higher is more important) make ``share`` of the
+    workload (shares are relative weights)."""
+
+    value: float = field(default=1.0, validator=_pos)
+    share: float = field(default=1.0, validator=_pos)
+
+
+@frozen
 class SyntheticWorkload:
     """Generated requests: arrivals, input and output lengths, optional shared prefixes.
 
@@ -305,6 +314,14 @@ class SyntheticWorkload:
     trace_block_size: int = field(default=16, validator=_tokens)  #: tokens per prompt identity block
     #: multi-turn sessions (``num_requests`` then counts turns; arrivals start sessions)
     sessions: Optional[SyntheticSessions] = None
+    #: request priorities drawn per request (null: every request has priority 1)
+    priorities: Optional[list[PriorityClass]] = None
+
+    def __attrs_post_init__(self) -> None:
+        if self.priorities is not None:
+            if not self.priorities:
+                raise ValueError("'priorities' must list at least one {value, share}")
+            object.__setattr__(self, "priorities", list(self.priorities))
 
 
 @frozen
@@ -393,6 +410,29 @@ class PoolSpec:
     max_model_len: Optional[int] = field(default=None, validator=_tokens)
     enable_prefix_caching: bool = True
     enable_chunked_prefill: bool = True
+    #: GPUs of one worker are ``tensor_parallel_size`` x ``data_parallel_size``. They count
+    #: GPU-hours and the planner's GPU budget; the latency model is per worker and does not
+    #: change with them (give it the pass times of the whole TP x DP engine)
+    tensor_parallel_size: int = field(default=1, validator=[_positive, _at_most(1024)])
+    data_parallel_size: int = field(default=1, validator=[_positive, _at_most(1024)])
+    #: planner only: a new worker is provisioned (counted) this long before it is routable
+    startup_time_s: float = field(default=0.0, validator=_nonneg)
+    #: planner only: bounds of the pool's target worker count (``max_workers`` null: only the
+    #: GPU budget bounds it)
+    min_workers: int = field(default=1, validator=[_non_negative, _at_most(10_000)])
+    max_workers: Optional[int] = field(default=None, validator=[_positive, _at_most(10_000)])
+
+    def __attrs_post_init__(self) -> None:
+        if self.max_workers is not None and not self.min_workers <= self.workers <= self.max_workers:
+            raise ValueError(f"need min_workers ({self.min_workers}) <= workers ({self.workers}) "
+                             f"<= max_workers ({self.max_workers})")
+        if self.min_workers > self.workers:
+            raise ValueError(f"need min_workers ({self.min_workers}) <= workers ({self.workers})")
+
+    @property
+    def gpus_per_worker(self) -> int:
+        """GPUs one worker occupies: tensor_parallel_size x data_parallel_size."""
+        return self.tensor_parallel_size * self.data_parallel_size
 
 
 @frozen
@@ -437,6 +477,11 @@ class LinkSpec:
     latency_ms: float = field(default=0.0, validator=_nonneg)
     channels: int = field(default=1, validator=_count)
     kv_bytes_per_token: int = field(default=131072, validator=[_positive, _at_most(1 << 40)])
+    #: ``full_prompt``: every prompt token's KV crosses the link, and the decode worker is
+    #: chosen when it arrives. ``destination_missing``: the decode worker is chosen when the
+    #: prefill ends and only the prompt tokens it does not already cache (whole blocks, as its
+    #: cache holds them then) cross (REFERENCE.md s5)
+    timing_mode: Literal["full_prompt", "destination_missing"] = "full_prompt"
 
 
 @frozen
@@ -465,6 +510,14 @@ class KvAwareRouter:
     kind: Literal["kv_aware"] = "kv_aware"
     overlap_weight: float = field(default=1.0, validator=_nonneg)
     temperature: float = field(default=0.0, validator=_nonneg)
+    #: also count the prompt tokens already waiting on w (in blocks) in the prefill term, as
+    #: Dynamo's router counts each worker's pending prefill tokens: cost(w) = overlap_weight *
+    #: (uncached prompt blocks + queued prefill tokens / block_size) + KV blocks in use
+    count_queued_prefill: bool = False
+    #: > 0: the router knows each worker's cache only from the KV events it publishes (blocks
+    #: stored when scheduled, blocks evicted), which reach the router this late. 0: the router
+    #: reads the caches directly (events arriving at once)
+    kv_event_lag_ms: float = field(default=0.0, validator=_nonneg)
 
 
 @frozen
@@ -475,7 +528,29 @@ class SessionAffinityRouter:
     kind: Literal["session_affinity"] = "session_affinity"
 
 
-RouterSpec = Union[RoundRobinRouter, LeastLoadedRouter, KvAwareRouter, SessionAffinityRouter]
+def _check_class_path(path: str) -> None:
+    module, sep, name = path.partition(":")
+    if not sep or not name.isidentifier() or not all(part.isidentifier() for part in module.split(".")):
+        raise ValueError(f"'path' must be package.module:ClassName, got {path!r}")
+
+
+@frozen
+class PythonRouter:
+    """Your own routing policy: ``path`` names ``package.module:ClassName``, imported from
+    ``search_path`` (default: the scenario file's folder) and built as ``ClassName(params)``;
+    its ``pick(request, workers)`` returns one of ``workers`` (protocol in
+    :mod:`simkit.router`)."""
+
+    kind: Literal["python"] = "python"
+    path: str = ""
+    params: dict = field(factory=dict)
+    search_path: Optional[str] = None
+
+    def __attrs_post_init__(self) -> None:
+        _check_class_path(self.path)
+
+
+RouterSpec = Union[RoundRobinRouter, LeastLoadedRouter, KvAwareRouter, SessionAffinityRouter, PythonRouter]
 
 
 @frozen
@@ -485,7 +560,8 @@ class RouterQueueSpec:
     ``max_kv_usage`` of its cache, or its queued prefill tokens exceed
     ``max_queued_prefill_tokens``; null thresholds never make it busy (the default: no
     waiting). Waiting requests leave in ``policy`` order: fcfs (oldest first), lcfs (newest
-    first) or wspt (shortest expected work first: fewest prompt + output tokens)."""
+    first) or wspt (weighted shortest processing time, Smith's rule: least expected work per
+    unit of priority first, work = prompt + output tokens; then the oldest)."""
 
     policy: Literal["fcfs", "lcfs", "wspt"] = "fcfs"
     max_kv_usage: Optional[float] = field(default=None, validator=_pos + [_at_most(1)])  #: fraction
@@ -509,6 +585,91 @@ class SlaSpec:
         return any(b is not None for b in (self.ttft_ms, self.itl_ms, self.e2e_ms))
 
 
+def _interval():
+    return field(default=10.0, validator=_pos + [_at_least(1e-3)])
+
+
+def _gpu_budget():
+    """GPUs the planner may hold at once over all pools (null: no limit)."""
+    return field(default=None, validator=[_positive, _at_most(10_000_000)])
+
+
+@frozen
+class StaticPlanner:
+    """Keeps every pool at its ``workers``: a baseline that still observes the pools every
+    ``interval_s`` (and so records the same time series as the other planners)."""
+
+    kind: Literal["static"] = "static"
+    interval_s: float = _interval()  #: seconds between planner ticks
+    gpu_budget: Optional[int] = _gpu_budget()
+
+
+@frozen
+class ThresholdPlanner:
+    """Load thresholds, per pool at every tick: scale up by ``step`` workers when the active
+    workers' mean KV usage exceeds ``scale_up_kv_usage`` or the prompt tokens waiting per
+    active worker (router queue included, prompt pools only) exceed
+    ``scale_up_queued_prefill_tokens``; scale down by ``step`` when both are below their
+    ``scale_down_`` bounds; otherwise hold."""
+
+    kind: Literal["threshold"] = "threshold"
+    interval_s: float = _interval()
+    gpu_budget: Optional[int] = _gpu_budget()
+    scale_up_kv_usage: float = field(default=0.7, validator=_pos + [_at_most(1)])  #: fraction
+    scale_down_kv_usage: float = field(default=0.2, validator=_nonneg + [_at_most(1)])  #: fraction
+    scale_up_queued_prefill_tokens: int = field(default=16384, validator=_tokens)
+    scale_down_queued_prefill_tokens: int = field(default=1024, validator=[_non_negative, _at_most(1 << 31)])
+    step: int = field(default=1, validator=_count)  #: workers added or removed per tick
+
+    def __attrs_post_init__(self) -> None:
+        if self.scale_down_kv_usage >= self.scale_up_kv_usage:
+            raise ValueError("'scale_down_kv_usage' must be below 'scale_up_kv_usage'")
+        if self.scale_down_queued_prefill_tokens >= self.scale_up_queued_prefill_tokens:
+            raise ValueError("'scale_down_queued_prefill_tokens' must be below 'scale_up_queued_prefill_tokens'")
+
+
+@frozen
+class SlaPlanner:
+    """SLA-based: every tick, forecast the next interval's load (arrival rate, prompt and
+    output lengths, prefix hit ratio) from the last ones, predict the ``quantile``-th
+    percentile TTFT and the mean ITL per worker count with the scenario's latency model, and
+    pick the fewest workers whose predictions meet ``sla.ttft_ms`` / ``sla.itl_ms`` scaled by
+    ``target_fraction``. Formulas: :class:`simkit.planner.SlaPolicy`."""
+
+    kind: Literal["sla"] = "sla"
+    interval_s: float = _interval()
+    gpu_budget: Optional[int] = _gpu_budget()
+    #: predictions must stay under this fraction of the SLA bounds (headroom)
+    target_fraction: float = field(default=0.8, validator=_pos + [_at_most(1)])
+    #: the TTFT percentile predicted (the wait's tail; see simkit.planner.SlaPolicy)
+    quantile: float = field(default=0.9, validator=_pos + [_at_most(0.9999)])
+    #: a worker is never planned busier than this (prompt or decode utilisation)
+    max_utilization: float = field(default=0.85, validator=_pos + [_at_most(1)])
+    #: load forecast: ``constant`` (the next interval is like the last) or ``linear`` (the
+    #: last two intervals' trend, extrapolated to when new workers would have served an interval)
+    predictor: Literal["constant", "linear"] = "linear"
+
+
+@frozen
+class PythonPlanner:
+    """Your own planner: ``path`` names ``package.module:ClassName``, imported from
+    ``search_path`` (default: the scenario file's folder) and built as ``ClassName(params)``;
+    its ``plan(snapshot)`` sets targets (protocol in :mod:`simkit.planner`)."""
+
+    kind: Literal["python"] = "python"
+    path: str = ""
+    params: dict = field(factory=dict)
+    search_path: Optional[str] = None
+    interval_s: float = _interval()
+    gpu_budget: Optional[int] = _gpu_budget()
+
+    def __attrs_post_init__(self) -> None:
+        _check_class_path(self.path)
+
+
+PlannerSpec = Union[StaticPlanner, ThresholdPlanner, SlaPlanner, PythonPlanner]
+
+
 @frozen(kw_only=True)
 class Scenario:
     """A whole simulated experiment: workload, latency model, pools, link, router and SLA."""
@@ -527,6 +688,8 @@ class Scenario:
     sla: Optional[SlaSpec] = field(factory=SlaSpec, converter=lambda v: SlaSpec() if v is None else v)
     #: stop the run at this simulated time; requests not finished are reported incomplete
     max_sim_time_s: Optional[float] = field(default=None, validator=_pos)
+    #: the autoscaling planner (null: every pool keeps its ``workers`` for the whole run)
+    planner: Optional[PlannerSpec] = None
 
     def __attrs_post_init__(self) -> None:
         if self.pools.mode == "aggregated" and self.link is not None:
@@ -541,6 +704,18 @@ class Scenario:
                         f"workload.trace_block_size ({wl.trace_block_size}) must divide "
                         f"pools.{name}.block_size ({pool.block_size})"
                     )
+        if self.planner is None:
+            for name, pool in self.pools.named():
+                if pool.startup_time_s or pool.min_workers != 1 or pool.max_workers is not None:
+                    raise ValueError(f"pools.{name}: startup_time_s, min_workers and max_workers "
+                                     f"apply only with a 'planner'")
+        else:
+            budget = self.planner.gpu_budget
+            need = sum(p.workers * p.gpus_per_worker for _, p in self.pools.named())
+            if budget is not None and need > budget:
+                raise ValueError(f"the initial workers need {need} GPUs, more than planner.gpu_budget ({budget})")
+            if isinstance(self.planner, SlaPlanner) and (self.sla.ttft_ms is None and self.sla.itl_ms is None):
+                raise ValueError("the sla planner needs sla.ttft_ms or sla.itl_ms")
 
     @property
     def mode(self) -> str:
@@ -557,7 +732,10 @@ _UNIONS: dict[Any, dict[str, type]] = {
     WorkloadSpec: {"synthetic": SyntheticWorkload, "trace": TraceWorkload},
     LatencySpec: {"polynomial": PolynomialLatency, "constant": ConstantLatency},
     RouterSpec: {"round_robin": RoundRobinRouter, "least_loaded": LeastLoadedRouter,
-                 "kv_aware": KvAwareRouter, "session_affinity": SessionAffinityRouter},
+                 "kv_aware": KvAwareRouter, "session_affinity": SessionAffinityRouter,
+                 "python": PythonRouter},
+    PlannerSpec: {"static": StaticPlanner, "threshold": ThresholdPlanner, "sla": SlaPlanner,
+                  "python": PythonPlanner},
 }
 
 
@@ -848,6 +1026,15 @@ def _resolve_workload_path(data: dict, base_dir: str) -> None:
             node["path"] = os.path.normpath(os.path.join(base_dir, os.path.expanduser(node["path"])))
 
 
+def _default_search_path(data: dict, base_dir: str) -> None:
+    """A ``kind: python`` router or planner imports from the scenario file's folder unless it
+    says otherwise (written absolute into the resolved scenario)."""
+    for key in ("router", "planner"):
+        node = data.get(key)
+        if isinstance(node, dict) and node.get("kind") == "python" and node.get("search_path") is None:
+            node["search_path"] = base_dir
+
+
 def load_scenario(path: str, overrides: Optional[list[tuple[str, Any]]] = None) -> Scenario:
     """Read a scenario YAML file, apply ``(dotted.key, value)`` overrides and validate it.
 
@@ -874,7 +1061,9 @@ def load_scenario(path: str, overrides: Optional[list[tuple[str, Any]]] = None) 
         raise ConfigError([f"{path}: the scenario is nested too deeply @ $"]) from None
     except ValueError as exc:
         raise ConfigError([f"{path}: {exc} @ $"]) from None
-    _resolve_workload_path(data, os.path.dirname(os.path.abspath(path)))
+    base_dir = os.path.dirname(os.path.abspath(path))
+    _resolve_workload_path(data, base_dir)
+    _default_search_path(data, base_dir)
     for key, value in overrides or []:
         _set_dotted(data, key, value, source=f"--set {key}")
         if key == "workload" or (key.startswith("workload.") and key.endswith(".path")) or (

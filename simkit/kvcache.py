@@ -29,9 +29,9 @@ scheduler decision made at a pass boundary, not a blocking wait (ARCHITECTURE.md
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Sequence
+from typing import Callable, Optional, Sequence
 
-__all__ = ["KvCache"]
+__all__ = ["KvCache", "PublishedBlocks"]
 
 
 class _Run:
@@ -46,7 +46,7 @@ class _Run:
 class KvCache:
     """Block manager for ``num_blocks`` KV blocks; ``prefix_caching`` enables identity reuse."""
 
-    __slots__ = ("capacity", "prefix_caching", "free_anon", "used_anon", "lru", "ref", "run_extra")
+    __slots__ = ("capacity", "prefix_caching", "free_anon", "used_anon", "lru", "ref", "run_extra", "on_event")
 
     def __init__(self, num_blocks: int, prefix_caching: bool = True) -> None:
         self.capacity = num_blocks
@@ -56,6 +56,10 @@ class KvCache:
         self.lru: OrderedDict = OrderedDict()  #: keys (int) and runs of private blocks
         self.ref: dict[int, int] = {}
         self.run_extra = 0  #: sum of (size - 1) over the runs in ``lru``
+        #: KV events, when set: called as on_event(stored, keys) when blocks gain an identity
+        #: (stored=True: hittable from now on) or lose it to eviction (stored=False). Private
+        #: blocks (never hittable by another request) are not announced.
+        self.on_event: Optional[Callable[[bool, list], None]] = None
 
     @property
     def cached_blocks(self) -> int:
@@ -117,6 +121,8 @@ class KvCache:
         evict = n - take
         if evict:
             lru = self.lru
+            if self.on_event is not None:
+                self.on_event(False, self._first_keys(evict))
             if evict == len(lru) + self.run_extra:
                 lru.clear()
                 self.run_extra = 0
@@ -127,6 +133,19 @@ class KvCache:
             else:
                 self._evict_with_runs(evict)
         self.used_anon += n
+
+    def _first_keys(self, blocks: int) -> list:
+        """The keys among the first ``blocks`` cached blocks in eviction order."""
+        keys = []
+        for key in self.lru:
+            if blocks <= 0:
+                break
+            if type(key) is _Run:
+                blocks -= key.size
+            else:
+                keys.append(key)
+                blocks -= 1
+        return keys
 
     def _evict_with_runs(self, evict: int) -> None:
         lru = self.lru
@@ -153,6 +172,8 @@ class KvCache:
             return False
         self.used_anon -= 1
         self.ref[key] = 1
+        if self.on_event is not None:
+            self.on_event(True, [key])
         return True
 
     def register_many(self, keys: Sequence[int]) -> list[int]:
@@ -165,6 +186,8 @@ class KvCache:
                 ref[key] = 1
                 taken.append(key)
         self.used_anon -= len(taken)
+        if taken and self.on_event is not None:
+            self.on_event(True, list(taken))
         return taken
 
     def release(self, keys: Sequence[int], anon: int, private: int = 0,
@@ -204,3 +227,29 @@ class KvCache:
             f"KV blocks not conserved: free {self.free_anon} + cached {self.cached_blocks} + "
             f"keyed {len(self.ref)} + anon {self.used_anon} != {self.capacity}"
         )
+
+
+class PublishedBlocks:
+    """What a router knows of one worker's cache: the identity keys its KV events announced
+    (stored adds, evicted removes), applied in the order they were published."""
+
+    __slots__ = ("keys",)
+
+    def __init__(self) -> None:
+        self.keys: set[int] = set()
+
+    def apply(self, stored: bool, keys: Sequence[int]) -> None:
+        if stored:
+            self.keys.update(keys)
+        else:
+            self.keys.difference_update(keys)
+
+    def match(self, keys: Sequence[int]) -> int:
+        """Leading ``keys`` announced as cached."""
+        known = self.keys
+        hits = 0
+        for key in keys:
+            if key not in known:
+                break
+            hits += 1
+        return hits

@@ -60,6 +60,20 @@ class Released:
         return f"Released({self.rid})"
 
 
+class Drain:
+    """Pool -> worker: stop taking work; finish what you hold, then stop (scale-down)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "Drain()"
+
+
+def carries_request(msg) -> bool:
+    """Whether an inbox message is a request (or its handoff), not a control message."""
+    return type(msg) is not Released and type(msg) is not Drain
+
+
 class Inbox(simpy.Store):
     """A worker's message queue (unbounded, FIFO); only its owner takes from it."""
 

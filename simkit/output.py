@@ -4,7 +4,9 @@ place only when complete, so no output folder is ever half-written.
 Files: ``requests.parquet`` (the per-request rows as a typed table), ``summary.json`` (with ``run_digest``, a SHA-256 of the resolved scenario and the
 per-request rows, so two runs can be compared at a glance), ``requests.jsonl``,
 ``scenario.resolved.yaml``, ``latency_cdf.png``, ``timeline.json`` (a Chrome/Perfetto trace of
-the passes, when they were recorded) and ``run_info.json`` (the only file with
+the passes, when they were recorded), with a planner ``workers.csv`` (each pool's workers by
+state at every change), ``planner_samples.csv`` (what the planner saw at each tick) and
+``planner.png``, and ``run_info.json`` (the only file with
 wall-clock facts). Layer L6.
 """
 
@@ -88,6 +90,22 @@ def _write_rows(records: RunRecords, scenario_text: str, jsonl_path: str, parque
     return digest.hexdigest()
 
 
+def _write_csv(path: str, rows) -> None:
+    """Frozen attrs rows as a CSV table (header: the field names; None as an empty cell)."""
+    import csv
+
+    import attrs
+
+    with open(path, "w", encoding="utf-8", newline="") as f:
+        writer = None
+        for row in rows:
+            data = attrs.asdict(row)
+            if writer is None:
+                writer = csv.DictWriter(f, fieldnames=list(data))
+                writer.writeheader()
+            writer.writerow(data)
+
+
 def chrome_trace(records: RunRecords) -> dict:
     """The run as a Chrome/Perfetto trace (open it in ui.perfetto.dev or chrome://tracing):
     one track per worker with a slice per forward pass (``prefill``, ``decode`` or ``mixed``,
@@ -148,6 +166,9 @@ def write_run(out_dir: str, scenario: Scenario, records: RunRecords, summary: di
         with open(os.path.join(tmp, "run_info.json"), "w", encoding="utf-8") as f:
             json.dump(info, f, indent=2)
             f.write("\n")
+        if records.worker_counts is not None:
+            _write_csv(os.path.join(tmp, "workers.csv"), records.worker_counts)
+            _write_csv(os.path.join(tmp, "planner_samples.csv"), records.pool_samples or ())
         if records.pass_log is not None:
             with open(os.path.join(tmp, "timeline.json"), "w", encoding="utf-8") as f:
                 json.dump(chrome_trace(records), f)

@@ -167,6 +167,87 @@ def worker_series(records: RunRecords):
     return fig
 
 
+def _rolling_p90(times: np.ndarray, values: np.ndarray, window_s: float) -> tuple[np.ndarray, np.ndarray]:
+    """Nearest-rank p90 of ``values`` in consecutive windows of ``window_s`` seconds of
+    ``times`` (ascending), placed at each window's middle."""
+    if not len(times):
+        return times, values
+    edges = np.arange(times[0], times[-1] + window_s, window_s)
+    xs, ys = [], []
+    for lo in edges:
+        chunk = np.sort(values[(times >= lo) & (times < lo + window_s)])
+        if len(chunk):
+            xs.append(lo + window_s / 2)
+            ys.append(chunk[min(max(int(np.ceil(0.9 * len(chunk))), 1), len(chunk)) - 1])
+    return np.array(xs), np.array(ys)
+
+
+def planner_series(records: RunRecords, sla: Optional[SlaSpec] = None):
+    """The planner at work, over simulated time: workers per pool (active, solid; provisioned
+    = starting + active + draining, dashed), the prompt tokens queued on each prompt pool's
+    workers and the requests waiting in the router (dotted), and each pool's mean KV usage at
+    each planner tick, and each request's TTFT and ITL at its arrival time (dots; the line is
+    the p90 per planner interval; dashed: the SLA). Needs a run with a planner.
+
+    Raises:
+        ValueError: the run had no planner.
+    """
+    from matplotlib.figure import Figure
+
+    if records.worker_counts is None or records.pool_samples is None:
+        raise ValueError("this run has no planner time series (the scenario has no 'planner')")
+    fig = Figure(figsize=(10, 11), layout="constrained")
+    ax_w, ax_q, ax_kv, ax_ttft, ax_itl = fig.subplots(5, 1, sharex=True)
+    ax_q2 = ax_q.twinx()
+    end = records.end_at
+    pools = list(dict.fromkeys(c.pool for c in records.worker_counts))
+    colours = {pool: f"C{i}" for i, pool in enumerate(pools)}
+    for pool in pools:
+        rows = [c for c in records.worker_counts if c.pool == pool]
+        t = [c.at for c in rows] + [end]
+        active = [c.active for c in rows]
+        prov = [c.starting + c.active + c.draining for c in rows]
+        ax_w.step(t, active + active[-1:], where="post", color=colours[pool], label=f"{pool} active")
+        ax_w.step(t, prov + prov[-1:], where="post", color=colours[pool], linestyle="--", linewidth=1,
+                  label=f"{pool} provisioned")
+        samples = [p for p in records.pool_samples if p.pool == pool]
+        ts = [p.at for p in samples]
+        if pool != "decode":
+            ax_q.plot(ts, [p.queued_prefill_tokens for p in samples], color=colours[pool], marker=".",
+                      label=f"{pool}: on workers")
+        ax_q2.plot(ts, [p.router_queue for p in samples], color=colours[pool], linestyle=":",
+                   label=f"{pool}: requests in router")
+        ax_kv.plot(ts, [100 * p.kv_usage for p in samples], color=colours[pool], marker=".", label=pool)
+    done = [r for r in records.requests if r.status == "completed"]
+    ticks = sorted({p.at for p in records.pool_samples})
+    interval = ticks[1] - ticks[0] if len(ticks) > 1 else max(end, 1.0)
+    for ax, attr, bound, label in ((ax_ttft, "ttft_s", sla.ttft_ms if sla else None, "TTFT (ms)"),
+                                   (ax_itl, "itl_s", sla.itl_ms if sla else None, "ITL per request (ms)")):
+        pts = sorted((r.arrived_at, getattr(r, attr) * MS_PER_S) for r in done if getattr(r, attr) is not None)
+        if pts:
+            t, v = np.array(pts).T
+            ax.scatter(t, v, s=2, alpha=0.3, color="tab:gray", rasterized=True)
+            xs, ys = _rolling_p90(t, v, interval)
+            ax.plot(xs, ys, color="k", linewidth=1.2, label="p90 per planner interval")
+            if v.min() > 0 and v.max() / v.min() > 100:
+                ax.set_yscale("log")
+        if bound is not None:
+            ax.axhline(bound, color="tab:red", linestyle="--", linewidth=1, label=f"SLA {bound:g} ms")
+        ax.set_ylabel(label)
+        if ax.has_data():
+            ax.legend(loc="upper right", fontsize="small")
+    ax_w.set_ylabel("workers")
+    ax_w.legend(loc="upper left", fontsize="small", ncols=2)
+    ax_q.set_ylabel("prompt tokens queued")
+    ax_q2.set_ylabel("waiting in router (dotted)")
+    ax_q.legend(loc="upper left", fontsize="small")
+    ax_kv.set_ylabel("KV usage (%)")
+    ax_itl.set_xlabel("simulated time (s)")
+    for ax in (ax_w, ax_q, ax_kv, ax_ttft, ax_itl):
+        ax.grid(True, alpha=0.3)
+    return fig
+
+
 def pareto(table, knobs: Sequence[str]):
     """Sweep trade-off: output tokens/s per GPU against p90 TTFT, one point per finished run
     labelled with its knob values; the Pareto-optimal points (no other run is both faster and

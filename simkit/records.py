@@ -44,6 +44,7 @@ class RequestRecord:
     cached_tokens: int
     prefill_worker: Optional[int]
     decode_worker: Optional[int]
+    priority: float = 1.0
 
     @property
     def ttft_s(self) -> Optional[float]:
@@ -104,6 +105,45 @@ class PassRecord:
     admitted: int
 
 
+@frozen(slots=True)
+class WorkerCount:
+    """The workers of pool ``pool`` by state from time ``at`` until the pool's next row:
+    ``starting`` (provisioned, not yet routable), ``active`` (routable) and ``draining``
+    (finishing their requests); all three count in worker-seconds."""
+
+    pool: str
+    at: float
+    starting: int
+    active: int
+    draining: int
+
+
+@frozen(slots=True)
+class PoolSample:
+    """What the planner saw of pool ``pool`` at its tick at time ``at``, and the target it set.
+
+    ``kv_usage`` is the mean fraction of KV blocks in use over the pool's active and draining
+    workers (0 without any); ``queued_prefill_tokens`` the prompt tokens still to compute on
+    them; ``worker_queue`` the requests waiting on them; ``router_queue`` the requests waiting in the router for this pool (new requests for
+    a prompt pool, handoffs for the decode pool); ``ttft_ms`` / ``itl_ms`` the mean TTFT of
+    requests whose first token came, and mean ITL of requests that completed, since the
+    previous tick (None without any; the same for every pool of a tick).
+    """
+
+    pool: str
+    at: float
+    starting: int
+    active: int
+    draining: int
+    target: int
+    kv_usage: float
+    queued_prefill_tokens: int
+    worker_queue: int  #: requests queued on those workers, not yet running
+    router_queue: int
+    ttft_ms: Optional[float]
+    itl_ms: Optional[float]
+
+
 @frozen
 class RunRecords:
     """Everything a run produced.
@@ -122,6 +162,10 @@ class RunRecords:
             ``interrupted`` (Ctrl-C) or ``check_failed`` (an invariant broke under ``--check``).
         stop_detail: the diagnostic for the last three.
         pass_log: every forward pass (:class:`PassRecord`, by worker then time), when asked for.
+        gpu_seconds: provisioned GPU time per pool name (worker-seconds x GPUs per worker).
+        worker_counts: with a planner, every change of each pool's workers by state
+            (:class:`WorkerCount`, by pool then time); None without one.
+        pool_samples: with a planner, what it observed at each tick (:class:`PoolSample`).
     """
 
     requests: tuple[RequestRecord, ...]
@@ -134,3 +178,6 @@ class RunRecords:
     stop_reason: str = "completed"
     stop_detail: Optional[str] = None
     pass_log: Optional[tuple] = None
+    gpu_seconds: Optional[dict] = None
+    worker_counts: Optional[tuple] = None
+    pool_samples: Optional[tuple] = None

@@ -19,7 +19,7 @@ import numpy as np
 
 from simkit.config import SlaSpec
 from simkit.records import RunRecords
-from simkit.units import MS_PER_S
+from simkit.units import MS_PER_S, S_PER_HOUR
 
 __all__ = ["iter_request_rows", "nearest_rank", "record_columns", "request_row", "request_rows", "summarize",
            "render_text"]
@@ -54,6 +54,7 @@ def request_row(r) -> dict[str, Any]:
         "cached_tokens": r.cached_tokens,
         "prefill_worker": r.prefill_worker,
         "decode_worker": r.decode_worker,
+        "priority": r.priority,
     }
 
 
@@ -138,8 +139,12 @@ def summarize(records: RunRecords, sla: Optional[SlaSpec] = None) -> dict[str, A
     decode side, link channel wait included) and ``decode_queue_ms`` (KV arrival to decode
     admission) {mean, p50, p90, p99} (None when no request qualifies);
     ``itl_ms_token_weighted``; ``throughput`` {requests_per_s, output_tokens_per_s};
-    ``duration_s``; ``worker_seconds`` per pool; ``prefix_cache_hit_ratio`` (prompt tokens
-    found cached / prompt tokens looked up, counting prompt admissions only); ``passes`` per
+    ``duration_s``; ``worker_seconds`` per pool (provisioned workers, starting + active +
+    draining, integrated over the run, to its end); ``gpu_hours`` per pool (worker-seconds x
+    tensor_parallel_size x data_parallel_size / 3600); with a planner, ``workers`` per pool
+    {min_active, max_active, mean_provisioned}; ``prefix_cache_hit_ratio`` (prompt tokens
+    found cached / prompt tokens looked up, counting prompt admissions only) and
+    ``prefix_cache_hit_tokens`` (the tokens found cached); ``passes`` per
     pool; ``stop`` {reason, detail, incomplete}: why the run ended and whether it is partial; and
     ``goodput`` {requests_per_s, output_tokens_per_s, fraction} when ``sla`` sets a
     bound.
@@ -183,12 +188,17 @@ def summarize(records: RunRecords, sla: Optional[SlaSpec] = None) -> dict[str, A
         },
         "duration_s": duration_s,
         "worker_seconds": dict(records.worker_seconds),
+        "gpu_hours": {pool: gpu_s / S_PER_HOUR for pool, gpu_s in
+                      (records.gpu_seconds or records.worker_seconds).items()},
         "prefix_cache_hit_ratio": (records.prompt_hit_tokens / records.prompt_lookup_tokens
                                    if records.prompt_lookup_tokens else 0.0),
+        "prefix_cache_hit_tokens": records.prompt_hit_tokens,
         "passes": dict(records.passes),
         "stop": {"reason": records.stop_reason, "detail": records.stop_detail,
                  "incomplete": counts["incomplete"] > 0 or records.stop_reason != "completed"},
     }
+    if records.worker_counts is not None:
+        summary["workers"] = _worker_summary(records)
     if sla is not None and sla.is_set:
         good = done[_meets(cols, done, sla)]
         summary["goodput"] = {
@@ -221,6 +231,17 @@ def _meets(cols: dict, rows: np.ndarray, sla: SlaSpec) -> np.ndarray:
     return ok
 
 
+def _worker_summary(records: RunRecords) -> dict:
+    """Per pool, with a planner: ``min_active`` / ``max_active`` workers over the run and the
+    time-weighted ``mean_provisioned`` (worker-seconds / run time)."""
+    out = {}
+    for pool, seconds in records.worker_seconds.items():
+        active = [c.active for c in records.worker_counts if c.pool == pool]
+        out[pool] = {"min_active": min(active), "max_active": max(active),
+                     "mean_provisioned": seconds / records.end_at if records.end_at > 0 else None}
+    return out
+
+
 def render_text(summary: dict[str, Any], title: str = "") -> str:
     """A terminal table of the summary."""
     lines = []
@@ -246,7 +267,13 @@ def render_text(summary: dict[str, Any], title: str = "") -> str:
         lines.append(f"throughput: {tp['requests_per_s']:.3f} req/s, "
                      f"{tp['output_tokens_per_s']:.1f} output tokens/s over {summary['duration_s']:.1f} s")
     ws = ", ".join(f"{k} {v:.1f}" for k, v in summary["worker_seconds"].items())
-    lines.append(f"worker-seconds: {ws}; prefix cache hit ratio {summary['prefix_cache_hit_ratio']:.3f}")
+    gh = sum(summary["gpu_hours"].values())
+    lines.append(f"worker-seconds: {ws}; GPU-hours {gh:.3f}; prefix cache hit ratio "
+                 f"{summary['prefix_cache_hit_ratio']:.3f}")
+    if "workers" in summary:
+        lines.append("planner: " + ", ".join(
+            f"{pool} {w['min_active']}-{w['max_active']} active (mean {w['mean_provisioned']:.2f} provisioned)"
+            for pool, w in summary["workers"].items() if w["mean_provisioned"] is not None))
     if "goodput" in summary and summary["goodput"]["requests_per_s"] is not None:
         g = summary["goodput"]
         lines.append(f"goodput: {g['requests_per_s']:.3f} req/s, {g['output_tokens_per_s']:.1f} "

@@ -29,6 +29,9 @@ class Request:
             them ends (a turn after its predecessor, an agent step after its tools). A request
             without deps is released at ``arrived_at``.
         delay_s: think or tool time after the dependencies end (seconds).
+        priority: weight of the request (> 0, higher is more important; 1 by default): the
+            router queue's ``wspt`` policy serves the least expected work per unit of priority
+            first.
     """
 
     rid: int
@@ -40,6 +43,7 @@ class Request:
     session: Optional[int] = None
     deps: tuple[int, ...] = ()
     delay_s: float = 0.0
+    priority: float = 1.0
 
     def block_keys(self, block_size: int) -> list[int]:
         """Identity keys of the prompt's *full* engine blocks of ``block_size`` tokens.

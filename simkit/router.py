@@ -25,6 +25,7 @@ from simkit.config import (
     SessionAffinityRouter,
 )
 from simkit.probe import Probe
+from simkit.worker import Stuck
 
 
 class Routable(Protocol):
@@ -37,6 +38,11 @@ class Routable(Protocol):
 
     @property
     def queued_prefill_tokens(self) -> int: ...
+
+    @property
+    def block_size(self) -> int:
+        """Tokens per KV block."""
+        ...
 
     def cached_prompt_blocks(self, request) -> tuple[int, int]:
         """(prompt blocks of ``request`` already cached here, its prompt blocks)."""
@@ -70,19 +76,24 @@ class LeastLoaded:
 
 
 class KvAware:
-    """cost = overlap_weight * uncached prompt blocks + KV blocks in use; lowest wins (seeded
-    ties) or, with a temperature, a softmax draw."""
+    """cost = overlap_weight * uncached prompt blocks (+ queued prefill blocks with
+    ``count_queued_prefill``) + KV blocks in use; lowest wins (seeded ties) or, with a
+    temperature, a softmax draw."""
 
     def __init__(self, spec: KvAwareRouter, rng: random.Random) -> None:
         self.weight = spec.overlap_weight
         self.temperature = spec.temperature
+        self.queued = spec.count_queued_prefill
         self.rng = rng
 
     def costs(self, request, workers: Sequence[Routable]) -> list[float]:
         out = []
         for w in workers:
             cached, total = w.cached_prompt_blocks(request)
-            out.append(self.weight * (total - cached) + w.kv_blocks_in_use)
+            prefill = total - cached
+            if self.queued:
+                prefill += w.queued_prefill_tokens / w.block_size
+            out.append(self.weight * prefill + w.kv_blocks_in_use)
         return out
 
     def pick(self, request, workers: Sequence[Routable]):
@@ -120,33 +131,69 @@ ROUTING_POLICIES = {RoundRobinRouter: RoundRobin, LeastLoadedRouter: LeastLoaded
                     SessionAffinityRouter: SessionAffinity}
 
 
-def make_policy(spec: RouterSpec, rng: Optional[random.Random] = None):
-    """A fresh policy object for ``spec`` (one per routing decision point)."""
+class PolicyError(Stuck):
+    """A user policy broke its protocol during the run (e.g. picked a worker not offered): the
+    run stops, with this diagnostic, as a stuck run does."""
+
+
+class CheckedPolicy:
+    """Wraps a user routing policy (``kind: python`` or the Python API): the worker it returns
+    must be one of those offered."""
+
+    def __init__(self, policy) -> None:
+        self.policy = policy
+
+    def pick(self, request, workers: Sequence[Routable]):
+        try:
+            worker = self.policy.pick(request, workers)
+        except Exception as exc:  # the user's code: stop the run with its error, not a traceback
+            raise PolicyError(f"router policy {type(self.policy).__name__}.pick raised "
+                              f"{type(exc).__name__}: {exc} (request {request.rid})") from exc
+        if not any(worker is w for w in workers):
+            raise PolicyError(f"router policy {type(self.policy).__name__}.pick returned {worker!r}, "
+                              f"not one of the {len(workers)} workers offered (request {request.rid})")
+        return worker
+
+
+def make_policy(spec: RouterSpec, rng: Optional[random.Random] = None, factory=None):
+    """A fresh policy object for ``spec`` (one per routing decision point); ``factory()`` builds
+    a user policy (``kind: python``)."""
+    if factory is not None:
+        return CheckedPolicy(factory())
     return ROUTING_POLICIES[type(spec)](spec, rng or random.Random(0))
 
 
 class Router:
     """Dispatches from ``router_queue`` to ``entry_workers`` and, in disaggregated mode, from
     ``handoff_queue`` to ``decode_workers``. ``rngs`` are the seeded streams of the entry and
-    decode policies."""
+    decode policies; ``policy_factory`` builds a user policy (one per decision point).
+
+    With ``dynamic`` pools (a planner), the worker lists are the pools' live ``routable``
+    lists, which may be empty: requests (and handoffs) then wait in the router, and the pool
+    calls :meth:`poke` / :meth:`poke_decode` when a worker becomes routable, so they leave at
+    that instant. Nothing is ever sent to a worker that is not routable (starting, draining)."""
 
     def __init__(self, env: simpy.Environment, spec: RouterSpec, router_queue: simpy.Store,
                  entry_workers: Sequence, probe: Probe,
                  handoff_queue: Optional[simpy.Store] = None,
                  decode_workers: Optional[Sequence] = None,
                  rngs: tuple[random.Random, random.Random] = (random.Random(0), random.Random(1)),
-                 queue_spec: Optional[RouterQueueSpec] = None) -> None:
+                 queue_spec: Optional[RouterQueueSpec] = None, dynamic: bool = False,
+                 policy_factory=None) -> None:
         self.env = env
         self.probe = probe
         self.queue_spec = queue_spec or RouterQueueSpec()
+        self.dynamic = dynamic
         self.held: list = []  #: requests waiting for a worker that is not busy
         self.wake = env.event()  #: succeeded by a worker's pass end while requests are held
+        self.held_handoffs: list = []  #: dynamic pools: handoffs waiting for a decode worker
+        self.decode_wake = env.event()
         self.router_queue = router_queue
         self.entry_workers = entry_workers
         self.handoff_queue = handoff_queue
         self.decode_workers = decode_workers
-        self.entry_policy = make_policy(spec, rngs[0])
-        self.decode_policy = make_policy(spec, rngs[1])
+        self.entry_policy = make_policy(spec, rngs[0], policy_factory)
+        self.decode_policy = make_policy(spec, rngs[1], policy_factory)
 
     def start(self) -> list:
         procs = [self.env.process(self.dispatch_new())]
@@ -157,7 +204,7 @@ class Router:
     def dispatch_new(self):
         """Yields: ``router_queue.get()`` for each request; with busy thresholds, also a
         worker's wake-up while requests are held."""
-        if not self.queue_spec.enabled:
+        if not self.queue_spec.enabled and not self.dynamic:
             while True:
                 request = yield self.router_queue.get()
                 self._send(request, self.entry_workers)
@@ -189,8 +236,9 @@ class Router:
             index = 0
         elif policy == "lcfs":
             index = len(held) - 1
-        else:  # wspt: least expected work, then the oldest (stable: index)
-            index = min(range(len(held)), key=lambda i: (held[i].input_length + held[i].output_length, i))
+        else:  # wspt (Smith's rule): least expected work per unit of priority, then the oldest
+            index = min(range(len(held)), key=lambda i: (
+                (held[i].input_length + held[i].output_length) / held[i].priority, i))
         return held.pop(index)
 
     def poke(self) -> None:
@@ -198,8 +246,38 @@ class Router:
         if self.held and not self.wake.triggered:
             self.wake.succeed()
 
+    def place_decode(self, request):
+        """Choose the decode worker for ``request`` now, before its KV moves (destination_missing),
+        and count it as expected there; None when no decode worker is routable."""
+        workers = self.decode_workers
+        if not workers:
+            return None
+        worker = self.decode_policy.pick(request, workers)
+        worker.expected_handoffs += 1
+        return worker
+
+    def poke_decode(self) -> None:
+        """A decode worker became routable: held handoffs may leave."""
+        if self.held_handoffs and not self.decode_wake.triggered:
+            self.decode_wake.succeed()
+
     def dispatch_handoff(self):
-        """Yields: ``handoff_queue.get()`` for each transferred request (a ``Handoff``)."""
+        """Yields: ``handoff_queue.get()`` for each transferred request (a ``Handoff``); with
+        dynamic pools, also a decode worker's activation while handoffs are held."""
+        workers = self.decode_workers
+        if not self.dynamic:
+            while True:
+                handoff = yield self.handoff_queue.get()
+                self.decode_policy.pick(handoff.request, workers).inbox.put(handoff)
+        held = self.held_handoffs
         while True:
-            handoff = yield self.handoff_queue.get()
-            self.decode_policy.pick(handoff.request, self.decode_workers).inbox.put(handoff)
+            if held and workers:
+                handoff = held.pop(0)  # in arrival order
+                self.decode_policy.pick(handoff.request, workers).inbox.put(handoff)
+                continue
+            with self.handoff_queue.get() as get:
+                yield get | self.decode_wake
+                if get.triggered:
+                    held.append(get.value)
+            if self.decode_wake.triggered:
+                self.decode_wake = self.env.event()

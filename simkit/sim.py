@@ -1,9 +1,10 @@
 """Composition root: the one place that builds and wires the simulation.
 
 ``build(scenario, requests)`` creates the environment, the collector, the pools of workers,
-the handoff link (disaggregated), the router and the source, and starts their processes in a
-fixed order (collector, workers by pool then id, router, source), which fixes same-instant
-tie-breaks. ``Simulation.run()`` runs until every request has ended (or
+the handoff link (disaggregated), the router, the source and, with a ``planner``, the GPU
+budget and the planner, and starts their processes in a fixed order (workers by pool then id,
+router, source, planner), which fixes same-instant tie-breaks; workers the planner adds later
+start when they become active and rank after the pool's earlier workers. ``Simulation.run()`` runs until every request has ended (or
 ``max_sim_time_s``) and returns :class:`~simkit.records.RunRecords`.
 
 Layer L4: the only module that imports all of L3.
@@ -20,10 +21,13 @@ import attrs
 from simpy.core import EmptySchedule
 
 from simkit.collector import Collector, InvariantError
-from simkit.config import Scenario
+from simkit.config import PythonPlanner, PythonRouter, Scenario
 from simkit.engine import make_latency_model
 from simkit.link import KvLink
-from simkit.messages import Environment, Released
+from simkit.messages import Environment, carries_request
+from simkit.planner import Planner, make_planner_policy
+from simkit.plugins import load_policy
+from simkit.pool import WorkerPool
 from simkit.records import RunRecords
 from simkit.request import Request
 from simkit.rng import RngStreams
@@ -31,9 +35,13 @@ from simkit.router import Router
 from simkit.scheduler import private_suffixes
 from simkit.source import Source
 from simkit.trace import iter_workload, load_workload
+from simkit.units import S_PER_MS
 from simkit.worker import Stuck, Worker
 
 __all__ = ["Simulation", "build", "simulate"]
+
+#: rank distance between pools: pass boundaries of one instant run pool by pool, then by index
+RANK_STRIDE = 1 << 40
 
 
 class Simulation:
@@ -41,12 +49,14 @@ class Simulation:
 
     def __init__(self, scenario: Scenario, requests: Iterable[Request],
                  record_token_times: bool = True, fast_forward: bool = True,
-                 record_passes: bool = False, stream: bool = False, sink=None) -> None:
+                 record_passes: bool = False, router_policy=None, planner_policy=None,
+                 stream: bool = False, sink=None) -> None:
         self.scenario = scenario
         self.stream = stream
         env = self.env = Environment()
         max_in_flight = getattr(scenario.workload, "max_in_flight", None)
         self.router_queue = simpy.Store(env)
+        private = None
         if stream:
             self.requests = None
             self.source = Source(env, requests, self.router_queue, None, max_in_flight, stream=True)
@@ -60,43 +70,81 @@ class Simulation:
             by_rid = sorted(requests, key=lambda r: r.rid)
             self.collector = Collector(env, by_rid, record_token_times, len(by_rid), sink)
             self.source = Source(env, requests, self.router_queue, None, max_in_flight)
+            # which prompt blocks no other request has: their keys need no tracking (kvcache)
+            private = private_suffixes(by_rid, [spec.block_size for _, spec in scenario.pools.named()])
         self.source.probe = probe = self.collector
-        self.pools: dict[str, list[Worker]] = {}
+        planner_spec = scenario.planner
+        dynamic = planner_spec is not None
+        #: the cluster GPU budget the planner scales within (None: unlimited)
+        self.gpus = None
+        if dynamic and planner_spec.gpu_budget is not None:
+            self.gpus = simpy.Container(env, capacity=planner_spec.gpu_budget, init=planner_spec.gpu_budget)
+        self.worker_pools: dict[str, WorkerPool] = {}
+        self.pools: dict[str, list[Worker]] = {}  #: every worker ever provisioned, per pool
         self.link: Optional[KvLink] = None
         handoff_queue = None
         if scenario.mode == "disaggregated":
             handoff_queue = simpy.Store(env)
             self.link = KvLink(env, scenario.link, handoff_queue, probe)
-        rank = 0
-        for name, spec in scenario.pools.named():
-            latency = make_latency_model(scenario.latency, spec.num_gpu_blocks * spec.block_size)
-            handoff = self.link.send if name == "prefill" else None
-            self.pools[name] = [
-                Worker(env, name, wid, name, spec, latency, probe, handoff=handoff, rank=rank + wid,
-                       fast_forward=fast_forward, horizon=scenario.max_sim_time_s,
-                       record_passes=record_passes)
-                for wid in range(spec.workers)
-            ]
-            rank += spec.workers
-        if not stream:  # which prompt blocks no other request has: their keys need no tracking
-            private = private_suffixes(by_rid, [spec.block_size for _, spec in scenario.pools.named()])
-            for workers in self.pools.values():
-                for worker in workers:
-                    worker.sched.private_ids = private
-        entry = self.pools["aggregated" if scenario.mode == "aggregated" else "prefill"]
+        entry_name = "aggregated" if scenario.mode == "aggregated" else "prefill"
+        self._pass_end_hook = None  # set once the router exists (router queue thresholds)
+        self._clock = None  # the planner, once it exists (fast-forward horizon)
+        latencies = {}
+        event_lag_s = getattr(scenario.router, "kv_event_lag_ms", 0.0) * S_PER_MS
+        for index, (name, spec) in enumerate(scenario.pools.named()):
+            latency = latencies[name] = make_latency_model(scenario.latency, spec.num_gpu_blocks * spec.block_size)
+            sink = self.link.send if name == "prefill" else None
+
+            def make_worker(wid, name=name, spec=spec, latency=latency, sink=sink, entry=name == entry_name):
+                # ranks order same-instant pass boundaries: pools in start order, then by index
+                worker = Worker(env, name, wid, name, spec, latency, probe, handoff=sink,
+                                rank=index * RANK_STRIDE + wid, fast_forward=fast_forward,
+                                horizon=scenario.max_sim_time_s, record_passes=record_passes)
+                if entry:
+                    worker.on_pass_end = self._pass_end_hook
+                if event_lag_s:
+                    worker.publish_kv_events(event_lag_s)
+                worker.sched.private_ids = private
+                worker.clock = self._clock
+                return worker
+
+            pool = self.worker_pools[name] = WorkerPool(env, name, spec, make_worker, self.gpus, spec.workers)
+            self.pools[name] = pool.workers
         streams = RngStreams(scenario.seed)
-        self.router = Router(env, scenario.router, self.router_queue, entry, probe,
-                             handoff_queue=handoff_queue, decode_workers=self.pools.get("decode"),
+        if router_policy is None and isinstance(scenario.router, PythonRouter):
+            router_policy = load_policy(scenario.router, "router")
+        decode = self.worker_pools.get("decode")
+        self.router = Router(env, scenario.router, self.router_queue, self.worker_pools[entry_name].routable, probe,
+                             handoff_queue=handoff_queue, decode_workers=decode.routable if decode else None,
                              rngs=(streams.get("router"), streams.get("router_decode")),
-                             queue_spec=scenario.router_queue)
+                             queue_spec=scenario.router_queue, dynamic=dynamic, policy_factory=router_policy)
+        if self.link is not None and scenario.link.timing_mode == "destination_missing":
+            self.link.place = self.router.place_decode
         if scenario.router_queue.enabled:
-            for worker in entry:
+            self._pass_end_hook = self.router.poke
+            for worker in self.pools[entry_name]:
                 worker.on_pass_end = self.router.poke
         self.collector.listeners.append(self.source.ended)
+        self.planner: Optional[Planner] = None
+        if dynamic:
+            self.worker_pools[entry_name].on_routable = self.router.poke
+            if decode is not None:
+                decode.on_routable = self.router.poke_decode
+            if planner_policy is None and isinstance(planner_spec, PythonPlanner):
+                planner_policy = load_policy(planner_spec, "planner")
+            self.collector.track_recent()
+            self.planner = Planner(env, planner_spec, make_planner_policy(planner_spec, planner_policy),
+                                   self.worker_pools, self.router, self.collector, self.gpus, latencies,
+                                   scenario.sla, scenario.link, scenario.mode)
+            self._clock = self.planner
+            for workers in self.pools.values():
+                for worker in workers:
+                    worker.clock = self.planner
         self._started = False
 
     def start(self) -> None:
-        """Start every process in the documented order (idempotent)."""
+        """Start every process in the documented order (idempotent): workers by pool then
+        index, the router, the source, then the planner (its first tick is at ``interval_s``)."""
         if self._started:
             return
         self._started = True
@@ -105,6 +153,8 @@ class Simulation:
                 worker.start()
         self.router.start()
         self.source.start()
+        if self.planner is not None:
+            self.planner.start()
 
     def run(self, check: bool = False) -> RunRecords:
         """Run until every request has ended, or ``max_sim_time_s``, and return the records.
@@ -137,10 +187,17 @@ class Simulation:
                 raise
             reason, detail = "stuck", self._stuck_diagnostic()
         end_at = env.now
-        worker_seconds = {name: len(ws) * end_at for name, ws in self.pools.items()}
+        for pool in self.worker_pools.values():
+            pool.accrue(end_at)
+        worker_seconds = {name: pool.worker_seconds for name, pool in self.worker_pools.items()}
+        gpu_seconds = {name: pool.worker_seconds * pool.gpus_per_worker for name, pool in self.worker_pools.items()}
         passes = {name: sum(w.passes for w in ws) for name, ws in self.pools.items()}
+        extra: dict = {"gpu_seconds": gpu_seconds}
+        if self.planner is not None:
+            extra["worker_counts"] = tuple(c for pool in self.worker_pools.values() for c in pool.changes)
+            extra["pool_samples"] = tuple(self.planner.samples)
         records = self.collector.finalize(end_at, worker_seconds, passes, reason, detail,
-                                          not_arrived=self.source.unreleased())
+                                          not_arrived=self.source.unreleased(), **extra)
         workers = [w for ws in self.pools.values() for w in ws]
         if workers and workers[0].pass_log is not None:
             records = attrs.evolve(records, pass_log=tuple(p for w in workers for p in w.pass_log))
@@ -150,7 +207,8 @@ class Simulation:
         env = self.env
         while not done.triggered:
             if cap is not None and env.peek() > cap:
-                env.run(until=cap)  # the cap ends the run between events
+                if env.now < cap:
+                    env.run(until=cap)  # the cap ends the run between events
                 return
             env.step()
             if env.peek() > env.now:  # the instant is settled: every cascade at `now` is done
@@ -177,12 +235,13 @@ class Simulation:
         now = self.env.now
         where = {"router queue": len(self.router_queue.items) + len(self.router.held), "inboxes": 0, "waiting": 0,
                  "running": 0, "on the link": self.link.in_flight if self.link else 0,
-                 "handoff queue": len(self.link.handoff_queue.items) if self.link else 0,
+                 "handoff queue": (len(self.link.handoff_queue.items) + len(self.router.held_handoffs)
+                                   if self.link else 0),
                  "ended": self.collector.ended_count}
         for workers in self.pools.values():
             for w in workers:
-                where["inboxes"] += sum(1 for m in w.inbox.items if type(m) is not Released)
-                where["inboxes"] += w.in_hand is not None and type(w.in_hand) is not Released
+                where["inboxes"] += sum(1 for m in w.inbox.items if carries_request(m))
+                where["inboxes"] += w.in_hand is not None and carries_request(w.in_hand)
                 where["waiting"] += len(w.sched.waiting)
                 where["running"] += len(w.sched.running)
                 kv = w.sched.kv
@@ -201,13 +260,16 @@ class Simulation:
 
 def build(scenario: Scenario, requests: Optional[Iterable[Request]] = None,
           record_token_times: bool = True, fast_forward: bool = True,
-          record_passes: bool = False, stream: bool = False, sink=None) -> Simulation:
+          record_passes: bool = False, router_policy=None, planner_policy=None,
+          stream: bool = False, sink=None) -> Simulation:
     """Wire a simulation of ``scenario``; ``requests`` default to its workload.
 
     ``fast_forward`` runs stretches of identical pure-decode passes as one SimPy timeout; the
     records are exactly those of pass-by-pass stepping (``fast_forward=False``), only faster.
     ``record_passes`` keeps a :class:`~simkit.records.PassRecord` per forward pass (memory grows
-    with the passes: for small runs, timelines and teaching).
+    with the passes: for small runs, timelines and teaching). ``router_policy`` /
+    ``planner_policy`` are factories of user policies (:func:`simkit.plugins.policy_factory`)
+    that replace the scenario's router / planner policy.
 
     ``stream`` replays the workload as an iterator (``requests``, or the scenario's workload
     read lazily, see :func:`simkit.trace.iter_workload`) keeping only requests in flight;
@@ -218,6 +280,7 @@ def build(scenario: Scenario, requests: Optional[Iterable[Request]] = None,
 
     Raises:
         simkit.trace.TraceError: the scenario's trace file is missing or malformed.
+        simkit.ConfigError: a ``kind: python`` policy does not import or lacks its protocol.
         ValueError: request ids are not 0..N-1; ``stream`` with a closed loop.
     """
     if stream:
@@ -226,7 +289,8 @@ def build(scenario: Scenario, requests: Optional[Iterable[Request]] = None,
         requests = stream_of if first is None else itertools.chain((first,), stream_of)
     elif requests is None:
         requests = load_workload(scenario.workload, scenario.seed)
-    return Simulation(scenario, requests, record_token_times, fast_forward, record_passes, stream, sink)
+    return Simulation(scenario, requests, record_token_times, fast_forward, record_passes,
+                      router_policy, planner_policy, stream, sink)
 
 
 def simulate(scenario: Scenario, requests: Optional[Sequence[Request]] = None,

@@ -61,7 +61,7 @@ def combinations(grid: list[tuple[str, list[Any]]]) -> list[dict[str, Any]]:
 def _run_one(scenario_path: str, overrides: list, out_dir: str) -> dict:
     """Run one combination in this process and write its folder.
 
-    Returns ``{"status": "ok"|"failed", "error": str|None, "summary": dict|None, "gpus": int}``;
+    Returns ``{"status": "ok"|"failed", "error": str|None, "summary": dict|None, "gpus": float}``;
     never raises for a bad point (its error is the message).
     """
     from simkit.output import write_run
@@ -80,8 +80,13 @@ def _run_one(scenario_path: str, overrides: list, out_dir: str) -> dict:
     summary = summarize(records, scenario.sla)
     write_run(out_dir, scenario, records, summary, {"sweep": True}, figures={}, force=True)
     failed = records.stop_reason in ("stuck", "check_failed")
+    # GPUs: TP x DP per worker; with a planner, the time-weighted mean of the GPUs provisioned
+    if scenario.planner is None or records.end_at <= 0:
+        gpus = sum(spec.workers * spec.gpus_per_worker for _, spec in scenario.pools.named())
+    else:
+        gpus = sum(records.gpu_seconds.values()) / records.end_at
     return {"status": "failed" if failed else "ok", "error": records.stop_detail if failed else None,
-            "summary": summary, "gpus": sum(spec.workers for _, spec in scenario.pools.named())}
+            "summary": summary, "gpus": gpus}
 
 
 def _get(summary: dict, path: tuple) -> Any:

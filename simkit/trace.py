@@ -165,13 +165,26 @@ def _id_field(obj: dict, name: str, path: str, line: int):
 class _Row:
     """One parsed request, before ids and dependencies are resolved."""
 
-    __slots__ = ("line", "ts_ms", "isl", "osl", "ids", "session", "key", "wait_for", "delay_ms", "tbs")
+    __slots__ = ("line", "ts_ms", "isl", "osl", "ids", "session", "key", "wait_for", "delay_ms", "tbs",
+                 "priority")
 
     def __init__(self, line, ts_ms, isl, osl, ids=None, session=None, key=None, wait_for=(), delay_ms=0.0,
-                 tbs=None):
+                 tbs=None, priority=1.0):
         self.line, self.ts_ms, self.isl, self.osl, self.ids = line, ts_ms, isl, osl, ids
         self.session, self.key, self.wait_for, self.delay_ms = session, key, wait_for, delay_ms
         self.tbs = tbs  #: tokens per hash id when the file says (else the spec's)
+        self.priority = priority
+
+
+def _priority(obj: dict, path: str, line: int) -> float:
+    """The optional ``priority`` field of a JSONL line: a number > 0 (default 1)."""
+    value = obj.get("priority")
+    if value is None:
+        return 1.0
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1e15 \
+            or not math.isfinite(value):
+        raise TraceError(path, line, f"field 'priority' is {value!r}; expected a number > 0")
+    return float(value)
 
 
 def _mooncake_rows(spec: TraceWorkload):
@@ -194,7 +207,8 @@ def _mooncake_rows(spec: TraceWorkload):
         for name in ("delay_ms", "delay"):
             if name in obj:
                 delay = _number_field(obj, name, path, line)
-        yield _Row(line, ts, isl, osl, _hash_ids(obj, isl, tbs, path, line), session, None, (), delay)
+        yield _Row(line, ts, isl, osl, _hash_ids(obj, isl, tbs, path, line), session, None, (), delay,
+                   priority=_priority(obj, path, line))
 
 
 def _agentic_rows(spec: TraceWorkload):
@@ -220,7 +234,8 @@ def _agentic_rows(spec: TraceWorkload):
         ready = _number_field(obj, "first_ready_timestamp_ms", path, line, default=0.0)
         delay = _number_field(obj, "delay_after_dependencies_ms", path, line, default=0.0)
         yield _Row(line, ready, isl, osl, _hash_ids(obj, isl, tbs, path, line),
-                   _id_field(obj, "session_id", path, line), key, tuple(wait_for), delay)
+                   _id_field(obj, "session_id", path, line), key, tuple(wait_for), delay,
+                   priority=_priority(obj, path, line))
 
 
 def _azure_ms(text: str, path: str, line: int) -> tuple[int, float]:
@@ -463,7 +478,7 @@ def load_trace(spec: TraceWorkload) -> tuple[Request, ...]:
         ts = row.ts_ms if row.ts_ms is not None else t0
         at = (ts - t0) / speedup * S_PER_MS
         requests.append(Request(rid, at, row.isl, row.osl, row.ids, row.tbs or tbs, session, deps,
-                                row.delay_ms * S_PER_MS if deps else 0.0))
+                                row.delay_ms * S_PER_MS if deps else 0.0, row.priority))
     if spec.sessions_per_s is not None:  # stagger session starts: session k at k / rate
         first: dict = {}
         for r in requests:
@@ -578,8 +593,8 @@ def iter_synthetic(spec: SyntheticWorkload, seed: int) -> Iterator[Request]:
     """The requests of a synthetic workload one at a time, in generation order: sessions by
     start time, each session's later turns right after its first (they wait for it).
 
-    Streams: ``arrivals``, ``input_tokens``, ``output_tokens``, ``prefix_groups`` and, with
-    sessions, ``session_turns`` and ``think_times``. With ``shared_prefix``, each request (or
+    Streams: ``arrivals``, ``input_tokens``, ``output_tokens``, ``prefix_groups``,
+    ``priorities`` and, with sessions, ``session_turns`` and ``think_times``. With ``shared_prefix``, each request (or
     session) joins a uniformly drawn group and its leading ``prefix_tokens //
     trace_block_size`` full identity blocks are the group's; all other blocks are unique. With
     ``sessions``, arrivals start sessions; turn k+1 waits for turn k plus an exponential think
@@ -599,6 +614,7 @@ def iter_synthetic(spec: SyntheticWorkload, seed: int) -> Iterator[Request]:
     sessions = spec.sessions
     draw_turns = _sampler(sessions.turns, streams.get("session_turns")) if sessions else (lambda: 1)
     think_rng = streams.get("think_times")
+    draw_priority = _priority_sampler(spec.priorities, streams.get("priorities"))
     n = spec.num_requests
     count = 0
     for session, at in enumerate(_arrival_times(spec.arrival, n, streams.get("arrivals"))):
@@ -623,8 +639,19 @@ def iter_synthetic(spec: SyntheticWorkload, seed: int) -> Iterator[Request]:
             count += 1
             deps, delay = ((rid - 1,), think_rng.expovariate(1.0 / sessions.think_time_s)
                            if sessions.think_time_s > 0 else 0.0) if turn else ((), 0.0)
-            yield Request(rid, at, isl, osl, tuple(ids), tbs, session if sessions else None, deps, delay)
+            yield Request(rid, at, isl, osl, tuple(ids), tbs, session if sessions else None, deps, delay,
+                          draw_priority())
             history = isl
+
+
+def _priority_sampler(classes, rng: random.Random):
+    """Draws a request's priority from ``classes`` (each ``value`` with probability
+    proportional to its ``share``); always 1 without classes (and then draws nothing)."""
+    if not classes:
+        return lambda: 1.0
+    values = [c.value for c in classes]
+    weights = [c.share for c in classes]
+    return lambda: rng.choices(values, weights=weights)[0]
 
 
 def load_workload(spec: WorkloadSpec, seed: int) -> tuple[Request, ...]:
@@ -670,7 +697,8 @@ def stream_trace(spec: TraceWorkload) -> Iterator[Request]:
                                                   "file, or replay without streaming)")
         last = ts
         session = None if row.session is None else sessions.setdefault(row.session, len(sessions))
-        yield Request(rid, (ts - t0) / speedup * S_PER_MS, row.isl, row.osl, row.ids, row.tbs or tbs, session)
+        yield Request(rid, (ts - t0) / speedup * S_PER_MS, row.isl, row.osl, row.ids, row.tbs or tbs, session,
+                      (), 0.0, row.priority)
     if rid < 0:
         raise TraceError(spec.path, None, "the trace has no requests; expected JSONL or CSV lines")
 

@@ -28,7 +28,8 @@ from simpy.events import Event
 
 from simkit.config import PoolSpec
 from simkit.engine import LatencyModel
-from simkit.messages import Handoff, Inbox, Released
+from simkit.kvcache import PublishedBlocks
+from simkit.messages import Drain, Handoff, Inbox, Released
 from simkit.probe import COMPLETED, REJECTED, Probe
 from simkit.records import PassRecord
 from simkit.request import Request
@@ -87,6 +88,9 @@ class Worker:
         #: run repeated pure-decode passes as one timeout (exactly equal results; see serve)
         self.fast_forward = fast_forward and role != "prefill"
         self.horizon = horizon  #: the run's time cap: fast-forwarded runs never cross it
+        #: with a planner: an object whose ``next_at`` is the planner's next tick, which
+        #: fast-forwarded runs never cross either (so the planner sees what per-pass stepping shows)
+        self.clock = None
         self.passes = 0
         self.busy_s = 0.0
         self.stalled = 0  #: passes in a row without a token or a finished prompt
@@ -96,6 +100,27 @@ class Worker:
         self.in_hand = None
         #: called after each pass (the router re-checks its busy thresholds)
         self.on_pass_end: Optional[Callable[[], None]] = None
+        #: set by a :class:`Drain` message: finish the work held, then stop
+        self.draining = False
+        #: called once, at the instant a draining worker holds nothing more (its pool frees it)
+        self.on_stop: Optional[Callable[["Worker"], None]] = None
+        #: handoffs placed on this worker still on the link (destination_missing): it may not
+        #: stop draining before they arrive
+        self.expected_handoffs = 0
+        #: with a KV event lag: what the router has heard of this worker's cache
+        self.published: Optional[PublishedBlocks] = None
+        self.event_lag_s = 0.0
+
+    def publish_kv_events(self, lag_s: float) -> None:
+        """From now on, announce blocks stored and evicted; the router's view of this worker's
+        cache (:attr:`published`, read by :meth:`cached_prompt_blocks`) gets them ``lag_s`` later."""
+        self.published = PublishedBlocks()
+        self.event_lag_s = lag_s
+        self.sched.kv.on_event = self._publish
+
+    def _publish(self, stored: bool, keys: list) -> None:
+        self.env.timeout(self.event_lag_s).callbacks.append(
+            lambda _event: self.published.apply(stored, keys))
 
     def start(self) -> simpy.Process:
         return self.env.process(self.serve())
@@ -124,6 +149,11 @@ class Worker:
         return self.sched.kv.capacity
 
     @property
+    def block_size(self) -> int:
+        """Tokens per KV block."""
+        return self.sched.block_size
+
+    @property
     def kv_blocks_in_use(self) -> int:
         """KV blocks held by requests on this worker now."""
         return self.sched.kv.used_blocks
@@ -138,13 +168,25 @@ class Worker:
         return queued
 
     def cached_prompt_blocks(self, request: Request) -> tuple[int, int]:
-        """(leading prompt blocks of ``request`` cached here, its full prompt blocks)."""
+        """(leading prompt blocks of ``request`` cached here, its full prompt blocks); with KV
+        events, cached as far as the router has heard."""
         sched = self.sched
         total = request.input_length // sched.block_size
         if not sched.caching:
             return 0, total
         keys = request.block_keys(sched.block_size)
+        if self.published is not None:
+            return self.published.match(keys), total
         return sched.kv.match(keys, len(keys))[0], total
+
+    def cached_prompt_tokens(self, request: Request) -> int:
+        """Prompt tokens of ``request`` whose KV this worker's cache holds now (whole leading
+        blocks; the actual cache, whatever the router has heard)."""
+        sched = self.sched
+        if not sched.caching:
+            return 0
+        keys = request.block_keys(sched.block_size)
+        return sched.kv.match(keys, len(keys))[0] * sched.block_size
 
     @property
     def name(self) -> str:
@@ -163,6 +205,9 @@ class Worker:
         if type(msg) is Released:
             self.sched.release(msg.rid)
             return
+        if type(msg) is Drain:
+            self.draining = True
+            return
         if type(msg) is Handoff:
             seq = Seq(msg.request, transferred=True)
             if msg.block_size == self.sched.block_size and self.sched.caching:
@@ -177,6 +222,10 @@ class Worker:
     def serve(self):
         """Run forward passes forever.
 
+        A draining worker (after a :class:`Drain` message) returns, calling ``on_stop``, at the
+        first moment it has no request queued or running, none in its inbox and no prompt KV
+        held for the handoff link.
+
         Yields: ``inbox.get()`` while idle; a :class:`PassBoundary` before forming each batch;
         one ``timeout`` per forward pass.
         """
@@ -187,6 +236,9 @@ class Worker:
         rank = self.rank
         while True:
             if not sched.has_work():
+                if self.draining and not sched.held and not inbox.items and not self.expected_handoffs:
+                    self.on_stop(self)
+                    return
                 self._accept((yield inbox.get()))
             yield PassBoundary(env, rank)
             for msg in inbox.drain():
@@ -251,6 +303,8 @@ class Worker:
         env, sched = self.env, self.sched
         n_req, ctx = batch.decode_requests, batch.decode_context_tokens
         horizon = self.horizon
+        if self.clock is not None:
+            horizon = self.clock.next_at if horizon is None else min(horizon, self.clock.next_at)
         start = env.now
         dts: list = []
         ends: list = []

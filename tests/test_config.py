@@ -166,4 +166,4 @@ def test_unknown_kind_lists_the_accepted_ones():
     assert errors({"pools": {"aggregated": {}}, "workload": {"kind": "csv"}}) == [
         "s.yaml: unknown kind 'csv' (expected one of: synthetic, trace) @ $.workload"]
     assert errors({"pools": {"aggregated": {}}, "router": {}}) == [
-        "s.yaml: missing 'kind' (expected one of: kv_aware, least_loaded, round_robin, session_affinity) @ $.router"]
+        "s.yaml: missing 'kind' (expected one of: kv_aware, least_loaded, python, round_robin, session_affinity) @ $.router"]

@@ -12,6 +12,7 @@ LAYERS = {
     "config": 1, "request": 1, "records": 1,
     "trace": 2, "spool": 2, "engine": 2, "kvcache": 2, "scheduler": 2,
     "probe": 3, "messages": 3, "source": 3, "worker": 3, "link": 3, "router": 3, "collector": 3,
+    "pool": 3, "planner": 3, "plugins": 1,
     "sim": 4,
     "report": 5, "plots": 5,
     "output": 6, "cli": 6, "__main__": 6, "api": 6, "progress": 6, "sweep": 6,

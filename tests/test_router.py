@@ -39,6 +39,19 @@ def test_kv_aware_cost_and_seeded_ties():
     assert picks == [KvAware(KvAwareRouter(), random.Random(7)).pick(None, tied).wid] * 3  # replayable
 
 
+def test_kv_aware_can_count_queued_prefill():
+    # block_size 10 for the fake workers: w0 has 10 uncached + 300 / 10 queued = 40 prefill
+    # blocks -> 40 + 5 = 45; w1 has 2 + 0 -> 2 + 12 = 14; w2 0 + 100 / 10 -> 10 + 30 = 40
+    ws = [FakeWorker(0, 5, 300, 0), FakeWorker(1, 12, 0, 8), FakeWorker(2, 30, 100, 10)]
+    for w in ws:
+        w.block_size = 10
+    policy = KvAware(KvAwareRouter(count_queued_prefill=True), random.Random(0))
+    assert policy.costs(None, ws) == [45.0, 14.0, 40.0]
+    # overlap_weight 4: 160 + 5, 8 + 12, 40 + 30
+    assert KvAware(KvAwareRouter(overlap_weight=4.0, count_queued_prefill=True), random.Random(0)).costs(
+        None, ws) == [165.0, 20.0, 70.0]
+
+
 def test_session_affinity_sticks_to_the_first_workers_choice():
     policy = SessionAffinity(SessionAffinityRouter(), random.Random(0))
     ws = [FakeWorker(0, 9, 0, 0), FakeWorker(1, 3, 0, 0)]
@@ -103,3 +116,91 @@ def test_router_queue_kv_threshold_and_summary(tmp_path):
     assert [r.router_queue_s > 0 for r in records.requests] == [False] * 6 + [True] * 2
     summary = summarize(records)
     assert summary["router_queue_ms"]["p90"] > 0 and summary["router_queue_ms"]["p50"] == 0
+
+
+def test_wspt_weighs_expected_work_by_priority():
+    # one slot (max_num_seqs 1), busy past 1,000 queued prompt tokens: r0 runs, r1 (302 tokens
+    # of work, priority 1) and r2 (2,002 tokens, priority 10: 200.2 per unit) wait; wspt sends
+    # r2 first (200.2 < 302); with equal priorities r1 would go first (302 < 2,002)
+    from simkit.request import Request
+
+    def with_priority(r, p):
+        return Request(r.rid, r.arrived_at, r.input_length, r.output_length, r.hash_ids, r.hash_block_size,
+                       priority=p)
+
+    reqs = [req(0, 0, 5000, 2), with_priority(req(1, 1, 300, 2), 1.0), with_priority(req(2, 2, 2000, 2), 10.0)]
+    s = override(scenario(max_num_seqs=1), {"router_queue": {"max_queued_prefill_tokens": 1000, "policy": "wspt"}})
+    r = simulate(s, reqs).requests
+    assert r[2].first_token_at < r[1].first_token_at
+    assert (r[1].priority, r[2].priority) == (1.0, 10.0)
+    equal = simulate(s, [reqs[0], reqs[1], with_priority(reqs[2], 1.0)]).requests
+    assert equal[1].first_token_at < equal[2].first_token_at
+
+
+def test_priorities_from_traces_and_synthetic_workloads(tmp_path):
+    from simkit.config import TraceWorkload, scenario_from_dict
+    from simkit.trace import TraceError, load_trace, synthesize
+
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"timestamp": 0, "input_length": 10, "output_length": 2, "priority": 3}\n'
+                    '{"timestamp": 5, "input_length": 10, "output_length": 2}\n')
+    assert [r.priority for r in load_trace(TraceWorkload(path=str(path)))] == [3.0, 1.0]
+    path.write_text('{"timestamp": 0, "input_length": 10, "output_length": 2, "priority": 0}\n')
+    with pytest.raises(TraceError, match="t.jsonl:1: field 'priority' is 0; expected a number > 0"):
+        load_trace(TraceWorkload(path=str(path)))
+    s = scenario_from_dict({"pools": {"aggregated": {}}, "workload": {
+        "kind": "synthetic", "num_requests": 2000, "priorities": [{"value": 1, "share": 3}, {"value": 5, "share": 1}]}})
+    prios = [r.priority for r in synthesize(s.workload, 0)]
+    assert set(prios) == {1.0, 5.0} and 0.2 < prios.count(5.0) / 2000 < 0.3
+    # other streams are untouched: same arrivals and lengths as without priorities
+    plain = scenario_from_dict({"pools": {"aggregated": {}}, "workload": {"kind": "synthetic", "num_requests": 2000}})
+    assert [(r.arrived_at, r.input_length) for r in synthesize(plain.workload, 0)] == [
+        (r.arrived_at, r.input_length) for r in synthesize(s.workload, 0)]
+
+
+def test_kv_events_reach_the_router_after_the_lag():
+    # r0 (8 full 64-token blocks of prompt: 512 tokens) on one of two workers at t=0, its
+    # blocks stored when scheduled at t=0; with a 2 s event lag the router hears of them at
+    # t=2 s exactly, and of nothing before
+    from simkit.sim import build
+
+    s = override(scenario(workers=2), {"router": {"kind": "kv_aware", "kv_event_lag_ms": 2000.0}})
+    r0, r1 = req(0, 0, 513, 2, [7, 8]), req(1, 5000, 513, 2, [7, 8])
+    sim = build(s, [r0, r1])
+    sim.start()
+    sim.env.run(until=1.999)
+    assert [w.cached_prompt_blocks(r1) for w in sim.pools["aggregated"]] == [(0, 8), (0, 8)]
+    assert max(w.sched.kv.match(r1.block_keys(64), 8)[0] for w in sim.pools["aggregated"]) == 8  # cached
+    sim.env.run(until=2.0 + 1e-9)
+    assert sorted(w.cached_prompt_blocks(r1) for w in sim.pools["aggregated"]) == [(0, 8), (8, 8)]
+    records = sim.run()
+    assert records.requests[1].decode_worker == records.requests[0].decode_worker  # r1 follows its prefix
+    assert records.requests[1].cached_tokens == 512
+
+
+def test_kv_event_lag_zero_is_the_direct_read():
+    reqs = [req(i, 40 * i, 2048, 8, [100 * (i % 3) + j for j in range(4)]) for i in range(32)]
+    base = override(scenario(workers=4), {"router": {"kind": "kv_aware"}})
+    lagged = simulate(override(base, {"router.kv_event_lag_ms": 1e-6}), reqs)
+    direct = simulate(base, reqs)
+    # a (near) zero lag routes like the direct read here; a long one loses prefix hits
+    assert lagged.prompt_hit_tokens == direct.prompt_hit_tokens
+    blind = simulate(override(base, {"router.kv_event_lag_ms": 10_000.0}), reqs)
+    assert blind.prompt_hit_tokens < direct.prompt_hit_tokens
+
+
+@pytest.mark.parametrize("mode", ["full_prompt", "destination_missing"])
+def test_decode_placement_prefers_the_cached_worker_and_moves_only_missing_kv(mode):
+    # 1 prefill, 2 decode workers, KV-aware, a 1 GB/s link: a 1,030-token prompt is 16 full
+    # 64-token blocks + 6 tokens. r0 goes to some decode worker X and leaves its 16 blocks
+    # cached there. r1 (same prompt) is placed on X (16 cached blocks: cost 0 vs 16): full_prompt
+    # moves all 1,030 tokens, destination_missing only the 6 X lacks
+    s = override(scenario(mode="disaggregated", decode_workers=2),
+                 {"router": {"kind": "kv_aware"}, "link": {"bandwidth_gb_per_s": 1.0, "timing_mode": mode}})
+    r0, r1 = req(0, 0, 1030, 4, [1, 2, 3]), req(1, 2000, 1030, 4, [1, 2, 3])
+    records = simulate(s, [r0, r1], check=True)
+    a, b = records.requests
+    assert b.decode_worker == a.decode_worker
+    per_token = 131072 / 1e9
+    assert a.transfer_s == pytest.approx(1030 * per_token, rel=1e-12)  # nothing cached yet
+    assert b.transfer_s == pytest.approx((1030 if mode == "full_prompt" else 6) * per_token, rel=1e-12)
