@@ -370,7 +370,67 @@ class ConstantLatency:
     speedup_ratio: float = field(default=1.0, validator=_pos)
 
 
-LatencySpec = Union[PolynomialLatency, ConstantLatency]
+@frozen
+class RooflineLatency:
+    """Pass time from the model's architecture and the GPU's capabilities (simkit.engine.
+    RooflineModel): per layer, GEMM, attention (prefill and decode apart), tensor-parallel
+    all-reduce and fixed overheads, each op max(FLOPs / compute, bytes / bandwidth).
+
+    ``model`` is a shipped name (``simkit.hardware.model_names()``) or a config.json path
+    (relative to the scenario file); ``gpu`` a shipped GPU (``gpu_names()``). Weights of linear
+    layers are stored and multiplied in ``precision``; the KV cache in ``kv_cache_dtype``
+    (vLLM's name; ``auto``: bf16). ``gpu_memory_utilization`` (vLLM's name and default) and
+    ``reserved_memory_gib`` (activations, CUDA graphs, NCCL buffers: 3.5 GiB, aiconfigurator's
+    ``other_mem``) size the KV cache when a pool leaves ``num_gpu_blocks`` unset.
+    ``tp`` is accepted for ``tensor_parallel_size``.
+    """
+
+    kind: Literal["roofline"] = "roofline"
+    model: str = "Llama-3.1-8B"
+    gpu: str = "H100"
+    tensor_parallel_size: int = field(default=1, validator=[_positive, _at_most(64)])
+    precision: Literal["bf16", "fp8", "fp4"] = "bf16"
+    kv_cache_dtype: Literal["auto", "bf16", "fp8"] = "auto"
+    gpu_memory_utilization: float = field(default=0.9, validator=_pos + [_at_most(1)])
+    reserved_memory_gib: float = field(default=3.5, validator=_nonneg)
+    speedup_ratio: float = field(default=1.0, validator=_pos)
+
+    def __attrs_post_init__(self) -> None:
+        from simkit.hardware import HardwareError, load_gpu, load_model
+
+        try:
+            load_model(self.model)
+        except HardwareError as exc:
+            raise FieldValueError("model", str(exc)) from None
+        try:
+            load_gpu(self.gpu)
+        except HardwareError as exc:
+            raise FieldValueError("gpu", str(exc)) from None
+
+    @property
+    def kv_precision(self) -> str:
+        return "bf16" if self.kv_cache_dtype == "auto" else self.kv_cache_dtype
+
+    def kv_bytes_per_token(self) -> int:
+        """Whole-model KV bytes per token (all TP ranks): what the handoff link moves."""
+        from simkit.hardware import load_model
+
+        return load_model(self.model).kv_bytes_per_token(self.kv_precision)
+
+    def num_gpu_blocks(self, block_size: int) -> int:
+        """KV blocks per worker from GPU memory (simkit.engine.kv_capacity_blocks)."""
+        from simkit.hardware import kv_capacity_blocks
+
+        return kv_capacity_blocks(self, block_size)
+
+
+LatencySpec = Union[PolynomialLatency, ConstantLatency, RooflineLatency]
+
+#: aliases accepted in a latency mapping, renamed before structuring
+_LATENCY_ALIASES = {"tp": "tensor_parallel_size"}
+#: KV blocks per worker when a pool leaves ``num_gpu_blocks`` unset and the latency model does
+#: not derive it (the reference mocker's default)
+DEFAULT_NUM_GPU_BLOCKS = 16384
 
 # ----------------------------------------------------------------------------- cluster
 
@@ -385,7 +445,8 @@ class PoolSpec:
 
     workers: int = field(default=1, validator=[_positive, _at_most(10_000)])  #: workers in the pool
     block_size: int = field(default=64, validator=_tokens)  #: tokens per KV cache block
-    num_gpu_blocks: int = field(default=16384, validator=_tokens)  #: KV cache blocks per worker
+    #: KV cache blocks per worker; null: from GPU memory with a roofline latency model, else 16384
+    num_gpu_blocks: Optional[int] = field(default=None, validator=_tokens)
     max_num_batched_tokens: int = field(default=8192, validator=_tokens)  #: token budget per pass
     max_num_seqs: int = field(default=256, validator=_count)  #: running requests per pass
     #: longest request (prompt + output tokens) a worker serves, as vLLM's max_model_len;
@@ -393,6 +454,9 @@ class PoolSpec:
     max_model_len: Optional[int] = field(default=None, validator=_tokens)
     enable_prefix_caching: bool = True
     enable_chunked_prefill: bool = True
+    #: this pool's latency model when it differs from the scenario's (e.g. prefill and decode
+    #: workers with different tensor_parallel_size); null: the scenario's ``latency``
+    latency: Optional[LatencySpec] = None
 
 
 @frozen
@@ -429,14 +493,16 @@ class LinkSpec:
 
     Transfer time = tokens * ``kv_bytes_per_token`` / bandwidth + latency, one transfer per
     channel at a time. ``bandwidth_gb_per_s: null`` makes serialisation instantaneous (the
-    reference's default). ``kv_bytes_per_token`` defaults to Llama-3.1-8B in bf16:
+    reference's default). ``kv_bytes_per_token`` defaults to the roofline latency model's KV
+    bytes per token when the scenario names a model, else to Llama-3.1-8B in bf16:
     2 (K and V) * 32 layers * 8 KV heads * 128 head dim * 2 bytes = 131072 (REFERENCE.md s5).
     """
 
     bandwidth_gb_per_s: Optional[float] = field(default=None, validator=_pos)
     latency_ms: float = field(default=0.0, validator=_nonneg)
     channels: int = field(default=1, validator=_count)
-    kv_bytes_per_token: int = field(default=131072, validator=[_positive, _at_most(1 << 40)])
+    #: null: the roofline model's KV bytes per token, else 131072 (Llama-3.1-8B bf16)
+    kv_bytes_per_token: Optional[int] = field(default=None, validator=[_positive, _at_most(1 << 40)])
 
 
 @frozen
@@ -533,6 +599,7 @@ class Scenario:
             raise ValueError("'link' applies only to disaggregated pools (prefill + decode)")
         if self.pools.mode == "disaggregated" and self.link is None:
             object.__setattr__(self, "link", LinkSpec())
+        self._resolve_hardware()
         wl = self.workload
         if isinstance(wl, SyntheticWorkload):
             for name, pool in self.pools.named():
@@ -541,6 +608,25 @@ class Scenario:
                         f"workload.trace_block_size ({wl.trace_block_size}) must divide "
                         f"pools.{name}.block_size ({pool.block_size})"
                     )
+
+    def _resolve_hardware(self) -> None:
+        """Fill ``num_gpu_blocks`` and the link's ``kv_bytes_per_token`` left unset: from the
+        roofline latency model's model and GPU, else the reference's defaults."""
+        resolved = {}
+        models = []
+        for name, pool in self.pools.named():
+            lat = pool.latency or self.latency
+            roofline = isinstance(lat, RooflineLatency)
+            if roofline:
+                models.append(lat)
+            if pool.num_gpu_blocks is None:
+                blocks = lat.num_gpu_blocks(pool.block_size) if roofline else DEFAULT_NUM_GPU_BLOCKS
+                pool = attrs.evolve(pool, num_gpu_blocks=blocks)
+            resolved[name] = pool
+        object.__setattr__(self, "pools", attrs.evolve(self.pools, **resolved))
+        if self.link is not None and self.link.kv_bytes_per_token is None:
+            kv = models[-1].kv_bytes_per_token() if models else 131072
+            object.__setattr__(self, "link", attrs.evolve(self.link, kv_bytes_per_token=kv))
 
     @property
     def mode(self) -> str:
@@ -555,7 +641,8 @@ _UNIONS: dict[Any, dict[str, type]] = {
     ArrivalSpec: {"poisson": PoissonArrival, "gamma": GammaArrival, "constant": ConstantArrival,
                   "piecewise": PiecewiseArrival, "diurnal": DiurnalArrival},
     WorkloadSpec: {"synthetic": SyntheticWorkload, "trace": TraceWorkload},
-    LatencySpec: {"polynomial": PolynomialLatency, "constant": ConstantLatency},
+    LatencySpec: {"polynomial": PolynomialLatency, "constant": ConstantLatency,
+                  "roofline": RooflineLatency},
     RouterSpec: {"round_robin": RoundRobinRouter, "least_loaded": LeastLoadedRouter,
                  "kv_aware": KvAwareRouter, "session_affinity": SessionAffinityRouter},
 }
@@ -576,6 +663,10 @@ def _kind_hook(kinds: dict[str, type]):
         if not isinstance(value, dict):
             raise TypeError(f"expected a mapping with a 'kind' (one of: {expected}), got {_describe(value)}")
         kind = value.get("kind")
+        if kind == "roofline":
+            for alias, name in _LATENCY_ALIASES.items():
+                if alias in value and name not in value:
+                    value = {(name if k == alias else k): v for k, v in value.items()}
         if kind not in kinds:
             if "kind" not in value:
                 raise UnknownKind(f"missing 'kind' (expected one of: {expected})")
@@ -646,6 +737,8 @@ converter = _make_converter()
 converter.register_structure_hook_factory(attrs.has, _mapping_factory)
 for _union, _kinds in _UNIONS.items():
     converter.register_structure_hook(_union, _kind_hook(_kinds))
+_latency_hook = _kind_hook(_UNIONS[LatencySpec])
+converter.register_structure_hook(Optional[LatencySpec], lambda v, t: None if v is None else _latency_hook(v, t))
 converter.register_unstructure_hook(
     PoolsSpec,
     lambda pools: {name: converter.unstructure(spec) for name, spec in pools.named()},
@@ -846,6 +939,9 @@ def _resolve_workload_path(data: dict, base_dir: str) -> None:
     for node in (wl, wl.get("input_tokens"), wl.get("output_tokens")):
         if isinstance(node, dict) and isinstance(node.get("path"), str) and node["path"]:
             node["path"] = os.path.normpath(os.path.join(base_dir, os.path.expanduser(node["path"])))
+    lat = data.get("latency")
+    if isinstance(lat, dict) and isinstance(lat.get("model"), str) and lat["model"].endswith(".json"):
+        lat["model"] = os.path.normpath(os.path.join(base_dir, os.path.expanduser(lat["model"])))
 
 
 def load_scenario(path: str, overrides: Optional[list[tuple[str, Any]]] = None) -> Scenario:

@@ -57,7 +57,7 @@ class Simulation:
             self.link = KvLink(env, scenario.link, handoff_queue, probe)
         rank = 0
         for name, spec in scenario.pools.named():
-            latency = make_latency_model(scenario.latency, spec.num_gpu_blocks * spec.block_size)
+            latency = make_latency_model(spec.latency or scenario.latency, spec.num_gpu_blocks * spec.block_size)
             sink = self.link.send if name == "prefill" else None
             self.pools[name] = [
                 Worker(env, name, wid, name, spec, latency, probe, handoff=sink, rank=rank + wid,
