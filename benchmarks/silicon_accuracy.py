@@ -8,9 +8,11 @@ concurrency, TP/DP, aggregated or disaggregated with worker counts).
         [--max-concurrency 1024] [--quiet]
 
 For each row that benchmarks/calibrate_roofline.py did NOT use (``calibration_row`` false),
-the deployment is simulated: closed loop at the row's concurrency (``max_in_flight``), fixed
+the deployment is simulated: closed loop at the row's concurrency (each of ``concurrency``
+users sends its next request when its previous one ends: a dependency chain), fixed
 ISL and OSL, 3 x concurrency requests (the first ``concurrency`` are warm-up and not scored;
-they start spread over one estimated request lifetime so that the run does not stay in lockstep),
+the users start together, as a benchmark client's do, and identical requests keep them in
+lockstep; ``--staggered`` spreads their starts over one estimated request lifetime instead),
 aggregated (one worker of TP x attention-DP GPUs per ``batch_size`` of concurrency) or
 disaggregated (``prefill_num_workers`` and ``decode_num_workers``, each pool with its own
 tensor_parallel_size, an instantaneous KV link). Simulated TTFT and TPOT are the means over
@@ -81,21 +83,26 @@ def scenario_for(row, conc: int) -> dict:
                              "latency": _latency(model, gpu, precision, ptp, isl + osl)},
                  "decode": {"workers": max(1, row["decode_num_workers"]), "max_num_seqs": dbatch, **engine}}
     return {"name": row["id"], "latency": latency, "pools": pools,
-            "workload": {"kind": "trace", "path": "silicon_sample.csv", "format": "csv", "max_in_flight": conc}}
+            "workload": {"kind": "trace", "path": "silicon_sample.csv", "format": "csv"}}
 
 
-def simulate_row(row, conc: int) -> tuple[float, float]:
+def simulate_row(row, conc: int, staggered: bool = False) -> tuple[float, float]:
     """Simulated mean TTFT and TPOT (ms) of the scored requests."""
     scenario = scenario_from_dict(scenario_for(row, conc), source=row["id"])
     isl, osl = int(row["isl"]), int(row["osl"])
     n = 3 * conc
-    # desynchronise the first wave: request i < conc starts i/conc of an estimated request
-    # lifetime in (a synchronised start keeps prefills batched together for the whole run)
-    lat = scenario.pools.named()[-1][1].latency or scenario.latency
-    model = RooflineModel(lat)
-    batch = min(conc, scenario.pools.named()[-1][1].max_num_seqs)
-    life_s = model.pass_time_s(isl, 0, 0) + osl * model.pass_time_s(0, batch, batch * (isl + osl // 2))
-    requests = [Request(rid=i, arrived_at=min(i, conc) * life_s / conc, input_length=isl, output_length=osl)
+    # each of the ``conc`` users sends its next request when the previous one ends (a chain of
+    # dependencies, open loop). Together (the default, as a benchmark client starts): users
+    # start at 0 and, requests being identical, stay in lockstep. Staggered: user k starts at
+    # k/conc of an estimated request lifetime
+    life_s = 0.0
+    if staggered:
+        lat = scenario.pools.named()[-1][1].latency or scenario.latency
+        model = RooflineModel(lat)
+        batch = min(conc, scenario.pools.named()[-1][1].max_num_seqs)
+        life_s = model.pass_time_s(isl, 0, 0) + osl * model.pass_time_s(0, batch, batch * (isl + osl // 2))
+    requests = [Request(rid=i, arrived_at=(i % conc) * life_s / conc, input_length=isl, output_length=osl,
+                        session=i % conc, deps=(i - conc,) if i >= conc else ())
                 for i in range(n)]
     records = simulate(scenario, requests, record_token_times=False)
     rows = [r for r in records.requests if r.rid >= conc and r.status == "completed"]
@@ -114,6 +121,8 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=None, help="at most N rows (after filtering)")
     ap.add_argument("--max-concurrency", type=int, default=1024)
     ap.add_argument("--quiet", action="store_true", help="only the summary tables")
+    ap.add_argument("--staggered", action="store_true",
+                    help="start the users spread over a request lifetime instead of all at 0")
     args = ap.parse_args()
     path = Path(args.silicon) if args.silicon else find_silicon()
     if path is None:
@@ -145,7 +154,7 @@ def main() -> None:
         if args.limit is not None and len(out) >= args.limit:
             break
         try:
-            ttft, tpot = simulate_row(row, conc)
+            ttft, tpot = simulate_row(row, conc, args.staggered)
         except ConfigError as exc:
             skipped["does not fit: " + exc.messages[0].split(": ", 1)[1].split(" at TP")[0]] += 1
             continue

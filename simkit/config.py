@@ -25,6 +25,8 @@ from attrs import field, frozen
 from cattrs.gen import make_dict_structure_fn
 from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, IterableValidationError
 
+from simkit import hardware
+
 __all__ = [
     "ConfigError",
     "Scenario",
@@ -370,6 +372,14 @@ class ConstantLatency:
     speedup_ratio: float = field(default=1.0, validator=_pos)
 
 
+def _load_or_fail(field_name: str, load, value: str) -> None:
+    """Validate a name or path by loading it; a HardwareError becomes the field's error."""
+    try:
+        load(value)
+    except hardware.HardwareError as exc:
+        raise FieldValueError(field_name, str(exc)) from None
+
+
 @frozen
 class RooflineLatency:
     """Pass time from the model's architecture and the GPU's capabilities (simkit.engine.
@@ -396,16 +406,8 @@ class RooflineLatency:
     speedup_ratio: float = field(default=1.0, validator=_pos)
 
     def __attrs_post_init__(self) -> None:
-        from simkit.hardware import HardwareError, load_gpu, load_model
-
-        try:
-            load_model(self.model)
-        except HardwareError as exc:
-            raise FieldValueError("model", str(exc)) from None
-        try:
-            load_gpu(self.gpu)
-        except HardwareError as exc:
-            raise FieldValueError("gpu", str(exc)) from None
+        _load_or_fail("model", hardware.load_model, self.model)
+        _load_or_fail("gpu", hardware.load_gpu, self.gpu)
 
     @property
     def kv_precision(self) -> str:
@@ -413,18 +415,31 @@ class RooflineLatency:
 
     def kv_bytes_per_token(self) -> int:
         """Whole-model KV bytes per token (all TP ranks): what the handoff link moves."""
-        from simkit.hardware import load_model
-
-        return load_model(self.model).kv_bytes_per_token(self.kv_precision)
+        return hardware.load_model(self.model).kv_bytes_per_token(self.kv_precision)
 
     def num_gpu_blocks(self, block_size: int) -> int:
-        """KV blocks per worker from GPU memory (simkit.engine.kv_capacity_blocks)."""
-        from simkit.hardware import kv_capacity_blocks
+        """KV blocks per worker from GPU memory (simkit.hardware.kv_capacity_blocks).
 
-        return kv_capacity_blocks(self, block_size)
+        Raises:
+            ValueError: the weights do not fit."""
+        return hardware.kv_capacity_blocks(self, block_size)
 
 
-LatencySpec = Union[PolynomialLatency, ConstantLatency, RooflineLatency]
+@frozen
+class TableLatency:
+    """Pass times interpolated from a measured per-pass CSV (``path``, relative to the scenario
+    file; header ``prefill_tokens,decode_requests,decode_context_tokens,pass_ms``; see
+    ``simkit.hardware.load_pass_table`` and ``simkit.engine.TableModel``)."""
+
+    kind: Literal["table"] = "table"
+    path: str = ""
+    speedup_ratio: float = field(default=1.0, validator=_pos)
+
+    def __attrs_post_init__(self) -> None:
+        _load_or_fail("path", hardware.load_pass_table, self.path)
+
+
+LatencySpec = Union[PolynomialLatency, ConstantLatency, RooflineLatency, TableLatency]
 
 #: aliases accepted in a latency mapping, renamed before structuring
 _LATENCY_ALIASES = {"tp": "tensor_parallel_size"}
@@ -642,7 +657,7 @@ _UNIONS: dict[Any, dict[str, type]] = {
                   "piecewise": PiecewiseArrival, "diurnal": DiurnalArrival},
     WorkloadSpec: {"synthetic": SyntheticWorkload, "trace": TraceWorkload},
     LatencySpec: {"polynomial": PolynomialLatency, "constant": ConstantLatency,
-                  "roofline": RooflineLatency},
+                  "roofline": RooflineLatency, "table": TableLatency},
     RouterSpec: {"round_robin": RoundRobinRouter, "least_loaded": LeastLoadedRouter,
                  "kv_aware": KvAwareRouter, "session_affinity": SessionAffinityRouter},
 }
@@ -939,9 +954,14 @@ def _resolve_workload_path(data: dict, base_dir: str) -> None:
     for node in (wl, wl.get("input_tokens"), wl.get("output_tokens")):
         if isinstance(node, dict) and isinstance(node.get("path"), str) and node["path"]:
             node["path"] = os.path.normpath(os.path.join(base_dir, os.path.expanduser(node["path"])))
-    lat = data.get("latency")
-    if isinstance(lat, dict) and isinstance(lat.get("model"), str) and lat["model"].endswith(".json"):
-        lat["model"] = os.path.normpath(os.path.join(base_dir, os.path.expanduser(lat["model"])))
+    pools = data.get("pools") if isinstance(data.get("pools"), dict) else {}
+    for lat in [data.get("latency")] + [p.get("latency") for p in pools.values() if isinstance(p, dict)]:
+        if not isinstance(lat, dict):
+            continue
+        if isinstance(lat.get("model"), str) and lat["model"].endswith(".json"):
+            lat["model"] = os.path.normpath(os.path.join(base_dir, os.path.expanduser(lat["model"])))
+        if lat.get("kind") == "table" and isinstance(lat.get("path"), str) and lat["path"]:
+            lat["path"] = os.path.normpath(os.path.join(base_dir, os.path.expanduser(lat["path"])))
 
 
 def load_scenario(path: str, overrides: Optional[list[tuple[str, Any]]] = None) -> Scenario:

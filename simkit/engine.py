@@ -10,16 +10,17 @@ Layer L2: pure functions of the pass shape; no SimPy.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from typing import Optional, Protocol
 
 import numpy as np
 
-from simkit.config import ConstantLatency, LatencySpec, PolynomialLatency, RooflineLatency
+from simkit.config import ConstantLatency, LatencySpec, PolynomialLatency, RooflineLatency, TableLatency
 from simkit.hardware import (PRECISION_BYTES, Calibration, GpuSpec, ModelArch, kv_shard_fraction,
-                             load_calibration, load_gpu, load_model)
+                             load_calibration, load_gpu, load_model, load_pass_table)
 from simkit.units import S_PER_MS
 
-__all__ = ["LatencyModel", "PolynomialModel", "ConstantModel", "RooflineModel", "OpCost",
+__all__ = ["LatencyModel", "PolynomialModel", "ConstantModel", "RooflineModel", "TableModel", "OpCost",
            "make_latency_model"]
 
 
@@ -47,6 +48,13 @@ def _accumulate(start_at: float, durations: list[float]) -> list[float]:
         t = t + dt
         ends.append(t)
     return ends
+
+
+def _decode_run_by_passes(pass_time_s, decode_requests: int, first_context_tokens: int, passes: int,
+                          start_at: float) -> tuple[list[float], list[float]]:
+    """``decode_run`` by calling ``pass_time_s`` once per pass: equal to it by construction."""
+    dts = [pass_time_s(0, decode_requests, first_context_tokens + i * decode_requests) for i in range(passes)]
+    return dts, _accumulate(start_at, dts)
 
 
 class PolynomialModel:
@@ -308,9 +316,59 @@ class RooflineModel:
 
     def decode_run(self, decode_requests: int, first_context_tokens: int, passes: int,
                    start_at: float) -> tuple[list[float], list[float]]:
-        step = self.pass_time_s
-        dts = [step(0, decode_requests, first_context_tokens + i * decode_requests) for i in range(passes)]
-        return dts, _accumulate(start_at, dts)
+        return _decode_run_by_passes(self.pass_time_s, decode_requests, first_context_tokens, passes, start_at)
+
+
+def _interp(x: float, xs: tuple, ys) -> float:
+    """Piecewise-linear interpolation on sorted ``xs``, extended linearly past both ends
+    (np.interp would clamp: a pass bigger than the table must cost more)."""
+    if x <= xs[0]:
+        i = 0
+    elif x >= xs[-1]:
+        i = len(xs) - 2
+    else:
+        i = bisect_right(xs, x) - 1
+    x0, x1 = xs[i], xs[i + 1]
+    return ys[i] + (ys[i + 1] - ys[i]) * (x - x0) / (x1 - x0)
+
+
+class TableModel:
+    """Pass times interpolated from the user's measured per-pass table (``TableLatency``).
+
+    A pass costs P(n) if it has prefill tokens plus D(r, c) if it has decode requests (the
+    reference's split of a mixed pass): P is piecewise linear in the prefill tokens ``n`` over
+    the table's prefill-only rows; D is bilinear over the decode-only grid of decode requests
+    ``r`` x context tokens per request ``c`` (= decode_context_tokens / r). Both extend linearly
+    past the table's range; times below 0.001 ms are raised to it.
+    """
+
+    def __init__(self, spec: TableLatency) -> None:
+        t = self.table = load_pass_table(spec.path)
+        self.scale_s = S_PER_MS / spec.speedup_ratio
+        # D(r, c) rows: for each r in the grid, its ms over c
+        self._rows = [tuple(row) for row in t.decode_ms]
+
+    def prefill_ms(self, n: int) -> float:
+        t = self.table
+        return max(1e-3, _interp(n, t.prefill_tokens, t.prefill_ms))
+
+    def decode_ms(self, r: int, context_tokens: int) -> float:
+        t = self.table
+        c = context_tokens / r
+        per_r = [_interp(c, t.decode_context_per_request, row) for row in self._rows]
+        return max(1e-3, _interp(r, t.decode_requests, per_r))
+
+    def pass_time_s(self, prefill_tokens: int, decode_requests: int, decode_context_tokens: int) -> float:
+        ms = 0.0
+        if prefill_tokens:
+            ms += self.prefill_ms(prefill_tokens)
+        if decode_requests:
+            ms += self.decode_ms(decode_requests, decode_context_tokens)
+        return ms * self.scale_s
+
+    def decode_run(self, decode_requests: int, first_context_tokens: int, passes: int,
+                   start_at: float) -> tuple[list[float], list[float]]:
+        return _decode_run_by_passes(self.pass_time_s, decode_requests, first_context_tokens, passes, start_at)
 
 
 def make_latency_model(spec: LatencySpec, kv_capacity_tokens: int) -> LatencyModel:
@@ -321,4 +379,6 @@ def make_latency_model(spec: LatencySpec, kv_capacity_tokens: int) -> LatencyMod
         return ConstantModel(spec)
     if isinstance(spec, RooflineLatency):
         return RooflineModel(spec)
+    if isinstance(spec, TableLatency):
+        return TableModel(spec)
     raise TypeError(f"no latency model for {spec!r}")

@@ -148,3 +148,42 @@ def test_step_cli(capsys):
     assert len(err) == 1 and "unknown model 'nope'" in err[0] and "Llama-3.1-8B" in err[0]
     assert main(["step", "--model", "Llama-3.1-8B", "--gpu", "X1", "--decode-contexts", "5"]) == 2
     assert "expected one of: A100" in capsys.readouterr().err
+
+
+TABLE = """prefill_tokens,decode_requests,decode_context_tokens,pass_ms
+100,0,0,10
+300,0,0,30
+0,1,100,2
+0,1,300,4
+0,3,300,5
+0,3,900,9
+"""
+
+
+def test_table_model_interpolates_by_hand(tmp_path):
+    (tmp_path / "t.csv").write_text(TABLE)
+    s = scenario_from_dict({"pools": {"aggregated": {}}, "latency": {"kind": "table", "path": str(tmp_path / "t.csv")}})
+    from simkit.engine import make_latency_model
+
+    m = make_latency_model(s.latency, 1000)
+    # P(200) = 10 + (30 - 10) * (200 - 100) / 200 = 20 ms; P(400) extends the last segment: 40 ms
+    assert m.pass_time_s(200, 0, 0) == pytest.approx(0.020, rel=1e-12)
+    assert m.pass_time_s(400, 0, 0) == pytest.approx(0.040, rel=1e-12)
+    # D(2 requests, 400 tokens: 200 per request): at r=1, c=200 -> 3; at r=3 -> 7; r=2 -> 5 ms
+    assert m.pass_time_s(0, 2, 400) == pytest.approx(0.005, rel=1e-12)
+    # a mixed pass costs both: 20 + 5 ms
+    assert m.pass_time_s(200, 2, 400) == pytest.approx(0.025, rel=1e-12)
+    dts, ends = m.decode_run(2, 400, 3, 1.0)
+    assert dts == [m.pass_time_s(0, 2, 400 + 2 * i) for i in range(3)]
+
+
+def test_table_errors_name_the_file_and_line(tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text(TABLE.replace("0,3,900,9", "0,3,900,-1"))
+    with pytest.raises(ConfigError) as e:
+        scenario_from_dict({"pools": {"aggregated": {}}, "latency": {"kind": "table", "path": str(bad)}}, "s.yaml")
+    assert e.value.messages == [f"s.yaml: {bad}:7: expected three integers >= 0 and a time > 0 in ms, "
+                                "got '0,3,900,-1' @ $.latency.path"]
+    bad.write_text(TABLE.replace("0,3,900,9\n", ""))
+    with pytest.raises(ConfigError, match="full grid"):
+        scenario_from_dict({"pools": {"aggregated": {}}, "latency": {"kind": "table", "path": str(bad)}})
