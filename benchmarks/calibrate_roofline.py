@@ -15,14 +15,15 @@ Data (none of it is scored by benchmarks/silicon_accuracy.py except as stated):
    other GPUs take the A100 fractions: Vidur has no attention table for them).
 3. All-reduce: ``{a100,h100}_dgx_all_reduce.csv`` (message bytes x GPUs). Fits ``comm_eff``
    and ``allreduce_latency_us``.
-4. Fixed overheads: a calibration subset of aiconfigurator-core's ``silicon_sample.csv``,
-   the rows whose ``calibration_row(id)`` is true (SHA-256 of the row id, one in four). For
-   each, TPOT is compared with the roofline time of one steady-state pass at that concurrency
-   (decode of the batch plus its share of prefill tokens, ISL x batch / OSL, aggregated);
-   ``layer_overhead_us`` and ``pass_overhead_ms`` per GPU are the least-squares fit (log
-   TPOT), on the dense-model rows when a GPU has at least 10 of them. Vidur's per-layer fixed time (kernels timed one by one, no CUDA graphs) is kept as
-   ``vidur_layer_overhead_us`` for reference. benchmarks/silicon_accuracy.py scores only the
-   other rows.
+4. Fixed overheads: the calibration subset of aiconfigurator-core's ``silicon_sample.csv``,
+   the rows whose ``silicon_rows.calibration_row(id)`` is true (SHA-256 of the row id, one in
+   four). Each is simulated exactly as benchmarks/silicon_accuracy.py simulates a row, with
+   both overheads 0; ``layer_overhead_us`` and ``pass_overhead_ms`` are the least-squares
+   fit of the measured TPOT (log), per GPU (on dense-model rows when there are at least 10)
+   and per (GPU, backend) with at least 8 rows (``backends``; used when a scenario names its
+   ``backend``). Vidur's per-layer fixed time (kernels timed one by one, no CUDA graphs) is
+   kept as ``vidur_layer_overhead_us`` for reference. benchmarks/silicon_accuracy.py scores
+   only the other rows.
 
 GPUs without Vidur tables (H200, B200, GB200, B300, L40S) take the H100 efficiencies (H200 is
 the same Hopper die; for the others it is an assumption, stated in each entry's ``source``).
@@ -31,27 +32,27 @@ the same Hopper die; for the others it is an assumption, stated in each entry's 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
-from simkit.config import RooflineLatency
-from simkit.engine import RooflineModel
-from simkit.hardware import Calibration, ModelArch, gpu_names, load_gpu, load_model
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from silicon_rows import (SILICON_GPUS, SILICON_MODELS, calibration_row, concurrency, find_silicon,  # noqa: E402
+                          load_rows, simulate_row, skip_reason)
+
+from simkit import hardware  # noqa: E402
+from simkit.config import ConfigError, RooflineLatency  # noqa: E402
+from simkit.engine import RooflineModel  # noqa: E402
+from simkit.hardware import Calibration, ModelArch, gpu_names, load_gpu, load_model  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "simkit" / "data" / "calibration.json"
 GEMM_OPS = ["attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj"]
 ELEMENTWISE_OPS = ["input_layernorm", "attn_rope", "post_attention_layernorm", "mlp_act", "add"]
-
-
-def calibration_row(row_id: str) -> bool:
-    """Whether a silicon_sample.csv row belongs to the calibration subset (1 in 4, by hash)."""
-    return hashlib.sha256(row_id.encode()).digest()[0] % 4 == 0
 
 
 def _med(df: pd.DataFrame, op: str) -> np.ndarray:
@@ -148,96 +149,54 @@ def fit_allreduce(gpu: str, path: Path) -> dict:
             "fit_allreduce": f"{len(df)} Vidur rows, median |rel err| {np.median(ape):.3f}"}
 
 
-SILICON_MODELS = {
-    "meta-llama/Llama-3.1-8B-Instruct": "Llama-3.1-8B", "nvidia/Llama-3.1-8B-Instruct-FP8": "Llama-3.1-8B",
-    "meta-llama/Llama-3.1-70B": "Llama-3.1-70B", "Qwen/Qwen3-32B": "Qwen3-32B",
-    "nvidia/Qwen3-32B-NVFP4": "Qwen3-32B", "Qwen/Qwen3-235B-A22B-FP8": "Qwen3-235B-A22B",
-    "openai/gpt-oss-120b": "gpt-oss-120b", "deepseek-ai/DeepSeek-V3": "DeepSeek-V3",
-    "deepseek-ai/DeepSeek-R1": "DeepSeek-V3", "nvidia/DeepSeek-R1-NVFP4": "DeepSeek-V3",
-    "nvidia/DeepSeek-V3.1-NVFP4": "DeepSeek-V3",
-}
-SILICON_GPUS = {"a100_sxm": "A100", "h100_sxm": "H100", "h200_sxm": "H200", "b200_sxm": "B200",
-                "gb200": "GB200", "b300_sxm": "B300", "l40s": "L40S"}
+def fit_overheads(silicon: Path, max_concurrency: int = 256) -> dict:
+    """Fixed overheads from the calibration rows of silicon_sample.csv, by simulation.
 
-
-def silicon_precision(row) -> str:
-    """The weight precision of a silicon_sample.csv row (int4 and other formats: None)."""
-    p = row["gemm_quant_mode"] if isinstance(row["gemm_quant_mode"], str) else row["precision"]
-    p = str(p).lower() if isinstance(p, str) else "bf16"  # unstated: the checkpoint's bf16
-    if p.startswith("fp8"):
-        return "fp8"
-    if "fp4" in p:
-        return "fp4"
-    if p in ("bf16", "float16", "fp16"):
-        return "bf16"
-    return ""
-
-
-def silicon_shape(row) -> dict:
-    """Deployment of a silicon row: model, gpu, precision, TP, per-worker batch (aggregated or
-    decode worker), ISL, OSL; None when simkit cannot model it (unknown model or GPU)."""
-    model = SILICON_MODELS.get(row["model_path"])
-    gpu = SILICON_GPUS.get(row["system"])
-    precision = silicon_precision(row)
-    if not model or not gpu or not precision:
-        return {}
-    agg = row["mode"] == "agg"
-    prefix = "" if agg else "decode_"
-    tp = int(row[f"{prefix}tp_size"] or 1) * int(row[f"{prefix}pp_size"] or 1)
-    dp = int(row[f"{prefix}attention_dp_size"] or 1)
-    return {"model": model, "gpu": gpu, "precision": precision, "tp": tp * dp,
-            "batch": int(row[f"{prefix}batch_size"] or 1), "isl": int(row["isl"]), "osl": int(row["osl"]),
-            "agg": agg}
-
-
-def steady_pass_ms(shape: dict, cal: Calibration) -> float:
-    spec = RooflineLatency(model=shape["model"], gpu=shape["gpu"], precision=shape["precision"],
-                           tensor_parallel_size=shape["tp"])
-    m = RooflineModel(spec, calibration=cal)
-    b, isl, osl = shape["batch"], shape["isl"], shape["osl"]
-    prefill = b * isl // max(osl, 1) if shape["agg"] else 0
-    return m.pass_time_s(prefill, b, b * (isl + osl // 2), prefill * isl // 2) * 1e3
-
-
-def fit_overheads(silicon: Path, fitted: dict) -> dict:
-    """Per GPU: (layer_overhead_us, pass_overhead_ms, rows) fitted on the calibration subset."""
-    df = pd.read_csv(silicon).fillna({c: 0 for c in ("tp_size", "pp_size", "attention_dp_size",
-                                                     "decode_tp_size", "decode_pp_size",
-                                                     "decode_attention_dp_size", "batch_size",
-                                                     "decode_batch_size")})
-    rows: dict[str, list] = {}
-    for row in df.to_dict("records"):
-        if not calibration_row(row["id"]):
+    Each calibration row is simulated as silicon_accuracy.py does, with both overheads 0; in
+    the lockstep closed loop a decode token costs one pass, so the simulated TPOT grows by
+    ``layers * layer_overhead_us + pass_overhead_ms`` with them. Least squares on log TPOT
+    gives both per GPU (dense-model rows when there are at least 10) and per (GPU, backend)
+    with at least 8 rows. Returns {gpu: {"all": fit, backend: fit, ...}}, a fit being
+    (layer_overhead_us, pass_overhead_ms, rows, median |rel err| of TPOT).
+    """
+    zero = {"layer_overhead_us": 0.0, "pass_overhead_ms": 0.0}
+    samples: dict[str, list] = {}
+    for row in load_rows(silicon):
+        if not calibration_row(row["id"]) or skip_reason(row):
             continue
-        shape = silicon_shape(row)
-        if shape:
-            rows.setdefault(shape["gpu"], []).append((shape, row["silicon_tpot_ms"]))
-    out = {}
-    for gpu, items in rows.items():
-        # dense models only when there are enough: MoE rows mix in expert and attention
-        # parallelism the engine approximates, which would bend the overheads
-        dense = [it for it in items if not load_model(it[0]["model"]).is_moe]
-        items = dense if len(dense) >= 10 else items
-        entry = {k: v for k, v in fitted[gpu].items() if k in Calibration.__annotations__}
-        base, layers, measured = [], [], []
-        for shape, tpot in items:  # pass time is linear in the two overheads
-            try:
-                ms = steady_pass_ms(shape, Calibration(**{**entry, "pass_overhead_ms": 0.0,
-                                                          "layer_overhead_us": 0.0}))
-            except ValueError:  # does not fit in memory
-                continue
-            base.append(ms)
-            layers.append(load_model(shape["model"]).num_layers)
-            measured.append(tpot)
-        base, layers, measured = map(np.array, (base, layers, measured))
+        conc = concurrency(row)
+        if conc > max_concurrency or row["osl"] < 2:
+            continue
+        try:
+            _, tpot0 = simulate_row(row, conc, zero)
+        except ConfigError:  # does not fit in memory
+            continue
+        arch = load_model(SILICON_MODELS[row["model_path"]])
+        samples.setdefault(SILICON_GPUS[row["system"]], []).append(
+            (row["backend"], arch.is_moe, tpot0, arch.num_layers, row["silicon_tpot_ms"]))
+
+    def fit(items):
+        base, layers, measured = (np.array([it[k] for it in items], float) for k in (2, 3, 4))
 
         def predict(x):
             return base + layers * x[0] * 1e-3 + x[1]
 
         res = least_squares(lambda x: np.log(predict(x) / measured), x0=[10.0, 1.0],
-                            bounds=([0.0, 0.0], [200.0, 50.0]))
+                            bounds=([0.0, 0.0], [500.0, 100.0]))
         ape = np.abs(predict(res.x) / measured - 1)
-        out[gpu] = (round(res.x[0], 2), round(res.x[1], 3), len(measured), float(np.median(ape)))
+        return round(res.x[0], 2), round(res.x[1], 3), len(items), float(np.median(ape))
+
+    out = {}
+    for gpu, items in samples.items():
+        # MoE rows mix in expert and attention-DP parallelism the engine approximates
+        dense = [it for it in items if not it[1]]
+        fits = {"all": fit(dense if len(dense) >= 10 else items)}
+        for backend in sorted({it[0] for it in items}):
+            mine = [it for it in items if it[0] == backend]
+            dense = [it for it in mine if not it[1]]
+            if len(mine) >= 8:
+                fits[backend] = fit(dense if len(dense) >= 8 else mine)
+        out[gpu] = fits
     return out
 
 
@@ -245,7 +204,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--vidur", default=str(ROOT.parent / "shared" / "data" / "vidur_profiling"))
     ap.add_argument("--silicon", default=None, help="silicon_sample.csv (default: the installed aiconfigurator_core's, or /tmp/aic)")
-    ap.add_argument("--dry-run", action="store_true", help="print, do not write calibration.json")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="print, do not write calibration.json (the overhead fit then simulates with the "
+                         "efficiencies already in it)")
     args = ap.parse_args()
     vidur = Path(args.vidur)
     fitted: dict[str, dict] = {}
@@ -262,16 +223,23 @@ def main() -> None:
             fitted[gpu] = {**fitted["H100"], "source": "H100's fitted efficiencies (no Vidur tables for "
                            f"{gpu}; an assumption)"}
     silicon = Path(args.silicon) if args.silicon else find_silicon()
-    overheads = fit_overheads(silicon, fitted) if silicon else {}
-    pooled = (float(np.median([v[0] for v in overheads.values()])),
-              float(np.median([v[1] for v in overheads.values()]))) if overheads else (10.0, 1.0)
+    if not args.dry_run:  # the overhead fit simulates with the efficiencies just fitted
+        OUT.write_text(json.dumps({**fitted, "default": fitted["H100"]}, indent=1) + "\n")
+        hardware._calibration_table.cache_clear()
+    overheads = fit_overheads(silicon) if silicon else {}
+    pooled = (float(np.median([f["all"][0] for f in overheads.values()])),
+              float(np.median([f["all"][1] for f in overheads.values()]))) if overheads else (10.0, 1.0)
     for gpu, entry in fitted.items():
-        if gpu in overheads:
-            layer_us, pass_ms, n, ape = overheads[gpu]
+        entry["vidur_layer_overhead_us"] = entry["layer_overhead_us"]
+        fits = overheads.get(gpu)
+        if fits:
+            layer_us, pass_ms, n, ape = fits["all"]
             note = f"{n} calibration rows of silicon_sample.csv, median |rel err| of TPOT {ape:.3f}"
+            entry["backends"] = {b: {"layer_overhead_us": f[0], "pass_overhead_ms": f[1],
+                                     "fit": f"{f[2]} calibration rows, median |rel err| of TPOT {f[3]:.3f}"}
+                                 for b, f in fits.items() if b != "all"}
         else:
             (layer_us, pass_ms), note = pooled, "median of the other GPUs' fits (no calibration rows)"
-        entry["vidur_layer_overhead_us"] = entry["layer_overhead_us"]
         entry.update(layer_overhead_us=layer_us, pass_overhead_ms=pass_ms, fit_overheads=note)
     fitted["default"] = {**fitted["H100"], "source": "H100 fit (GPU given by a path or unknown)"}
     out = {gpu: {k: v for k, v in e.items()} for gpu, e in fitted.items()}
@@ -280,19 +248,6 @@ def main() -> None:
     if not args.dry_run:
         OUT.write_text(text)
         print(f"wrote {OUT}")
-
-
-def find_silicon():
-    try:
-        from importlib import resources
-
-        p = resources.files("aiconfigurator_core") / "systems" / "silicon_sample.csv"
-        if p.is_file():
-            return Path(str(p))
-    except ModuleNotFoundError:
-        pass
-    p = Path("/tmp/aic/x/aiconfigurator_core/systems/silicon_sample.csv")
-    return p if p.is_file() else None
 
 
 if __name__ == "__main__":

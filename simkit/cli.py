@@ -227,6 +227,8 @@ def _step_parser() -> argparse.ArgumentParser:
     p.add_argument("--tp", "--tensor-parallel-size", dest="tp", type=int, default=1, help="GPUs per worker")
     p.add_argument("--precision", choices=("bf16", "fp8", "fp4"), default="bf16", help="weight precision")
     p.add_argument("--kv-cache-dtype", choices=("auto", "bf16", "fp8"), default="auto")
+    p.add_argument("--backend", choices=("vllm", "sglang", "trtllm"), default=None,
+                   help="the serving engine whose fitted overheads apply (default: the GPU's fit)")
     p.add_argument("--prefill-tokens", type=int, default=0, help="prompt tokens computed in the pass (one chunk)")
     p.add_argument("--decode-contexts", default="", metavar="C1,C2,...",
                    help="KV length of each decode request after the pass, comma-separated")
@@ -274,7 +276,8 @@ def step_main(argv: Sequence[str]) -> int:
         load_model(args.model)
         load_gpu(args.gpu)
         spec = RooflineLatency(model=args.model, gpu=args.gpu, tensor_parallel_size=args.tp,
-                               precision=args.precision, kv_cache_dtype=args.kv_cache_dtype)
+                               precision=args.precision, kv_cache_dtype=args.kv_cache_dtype,
+                               backend=args.backend)
     except (HardwareError, ValueError) as exc:
         return _fail([f"simkit step: {exc}"])
     print(step_table(RooflineModel(spec), args.prefill_tokens, contexts))

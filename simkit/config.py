@@ -392,7 +392,9 @@ class RooflineLatency:
     (vLLM's name; ``auto``: bf16). ``gpu_memory_utilization`` (vLLM's name and default) and
     ``reserved_memory_gib`` (activations, CUDA graphs, NCCL buffers: 3.5 GiB, aiconfigurator's
     ``other_mem``) size the KV cache when a pool leaves ``num_gpu_blocks`` unset.
-    ``tp`` is accepted for ``tensor_parallel_size``.
+    ``tp`` is accepted for ``tensor_parallel_size``. Efficiencies and overheads come from
+    ``simkit/data/calibration.json`` for the GPU (and ``backend``, when given and fitted);
+    ``layer_overhead_us`` and ``pass_overhead_ms`` override the fitted overheads.
     """
 
     kind: Literal["roofline"] = "roofline"
@@ -403,6 +405,11 @@ class RooflineLatency:
     kv_cache_dtype: Literal["auto", "bf16", "fp8"] = "auto"
     gpu_memory_utilization: float = field(default=0.9, validator=_pos + [_at_most(1)])
     reserved_memory_gib: float = field(default=3.5, validator=_nonneg)
+    #: serving engine whose fitted fixed overheads apply (null: the GPU's fit over all engines)
+    backend: Optional[Literal["vllm", "sglang", "trtllm"]] = None
+    #: override the fitted fixed time per layer (us) and per pass (ms); null: the fit
+    layer_overhead_us: Optional[float] = field(default=None, validator=_nonneg)
+    pass_overhead_ms: Optional[float] = field(default=None, validator=_nonneg)
     speedup_ratio: float = field(default=1.0, validator=_pos)
 
     def __attrs_post_init__(self) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from typing import Optional, Protocol
 
+import attrs
 import numpy as np
 
 from simkit.config import ConstantLatency, LatencySpec, PolynomialLatency, RooflineLatency, TableLatency
@@ -188,7 +189,10 @@ class RooflineModel:
                  gpu: Optional[GpuSpec] = None, calibration: Optional[Calibration] = None) -> None:
         a = self.arch = arch or load_model(spec.model)
         g = self.gpu = gpu or load_gpu(spec.gpu)
-        c = self.cal = calibration or load_calibration(g.name)
+        c = calibration or load_calibration(g.name, spec.backend)
+        overrides = {k: getattr(spec, k) for k in ("layer_overhead_us", "pass_overhead_ms")
+                     if getattr(spec, k) is not None}
+        c = self.cal = attrs.evolve(c, **overrides) if overrides else c
         t = self.tp = spec.tensor_parallel_size
         self.spec = spec
         self.scale = 1.0 / spec.speedup_ratio

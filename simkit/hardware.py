@@ -25,6 +25,7 @@ import json
 import os
 from functools import lru_cache
 from importlib import resources
+from typing import Optional
 from attrs import frozen
 
 __all__ = ["ModelArch", "GpuSpec", "Calibration", "PRECISION_BYTES", "HardwareError",
@@ -300,11 +301,20 @@ class Calibration:
     source: str = "default (no fit for this GPU)"
 
 
-def load_calibration(gpu: str) -> Calibration:
+@lru_cache(maxsize=None)
+def _calibration_table() -> dict:
+    return json.loads((_data_dir() / "calibration.json").read_text())
+
+
+def load_calibration(gpu: str, backend: Optional[str] = None) -> Calibration:
     """The fitted calibration of ``gpu`` from ``data/calibration.json``; GPUs without their
-    own fit take the entry named ``default`` (documented there)."""
-    table = json.loads((_data_dir() / "calibration.json").read_text())
-    entry = table.get(gpu) or table["default"]
+    own fit take the entry named ``default`` (documented there). With ``backend`` (vllm,
+    sglang, trtllm) the fixed overheads fitted for that engine on that GPU replace the GPU's,
+    when the fit exists."""
+    table = _calibration_table()
+    entry = dict(table.get(gpu) or table["default"])
+    if backend is not None:
+        entry.update(entry.get("backends", {}).get(backend, {}))
     fields = Calibration.__attrs_attrs__
     return Calibration(**{f.name: entry[f.name] for f in fields if f.name in entry})
 

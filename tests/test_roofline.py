@@ -187,3 +187,19 @@ def test_table_errors_name_the_file_and_line(tmp_path):
     bad.write_text(TABLE.replace("0,3,900,9\n", ""))
     with pytest.raises(ConfigError, match="full grid"):
         scenario_from_dict({"pools": {"aggregated": {}}, "latency": {"kind": "table", "path": str(bad)}})
+
+
+def test_overrides_and_backend_overheads():
+    base = RooflineModel(RooflineLatency(model="Llama-3.1-8B", gpu="H100"))
+    # overriding both overheads to 0 removes exactly the fitted fixed time of a pass:
+    # 32 layers * layer_overhead_us + pass_overhead_ms
+    bare = RooflineModel(RooflineLatency(model="Llama-3.1-8B", gpu="H100", layer_overhead_us=0.0,
+                                         pass_overhead_ms=0.0))
+    fixed = 32 * base.cal.layer_overhead_us * 1e-6 + base.cal.pass_overhead_ms * 1e-3
+    assert base.pass_time_s(0, 4, 4000) - bare.pass_time_s(0, 4, 4000) == pytest.approx(fixed, rel=1e-9)
+    from simkit.hardware import load_calibration
+
+    for backend in ("vllm", "sglang", "trtllm"):
+        m = RooflineModel(RooflineLatency(model="Llama-3.1-8B", gpu="H100", backend=backend))
+        assert m.cal == load_calibration("H100", backend)
+        assert (m.cal.gemm_compute_eff, m.cal.comm_eff) == (base.cal.gemm_compute_eff, base.cal.comm_eff)
