@@ -5,7 +5,8 @@ concurrency, TP/DP, aggregated or disaggregated with worker counts).
     pip download aiconfigurator-core --no-deps -d /tmp/aic && (cd /tmp/aic && unzip -oq *.whl -d x)
     python benchmarks/silicon_accuracy.py [--silicon PATH] [--systems h100_sxm,h200_sxm]
         [--models Qwen3-32B,...] [--backends vllm,...] [--modes agg,disagg] [--limit N]
-        [--max-concurrency 1024] [--quiet]
+        [--max-concurrency 1024] [--latency-model roofline|aic] [--rounds 3] [--first-wave]
+        [--staggered] [--csv FILE] [--quiet]
 
 For each row that benchmarks/calibrate_roofline.py did NOT use (``calibration_row`` false),
 the deployment is simulated: closed loop at the row's concurrency (each of ``concurrency``
@@ -51,6 +52,8 @@ def main() -> None:
     ap.add_argument("--max-concurrency", type=int, default=1024)
     ap.add_argument("--quiet", action="store_true", help="only the summary tables")
     ap.add_argument("--csv", metavar="FILE", help="also write one row per scored measurement")
+    ap.add_argument("--latency-model", choices=("roofline", "aic"), default="roofline",
+                    help="aic: aiconfigurator-core's measured database (pip install 'simkit[aic]')")
     ap.add_argument("--rounds", type=int, default=3, help="requests per user (default 3)")
     ap.add_argument("--first-wave", action="store_true",
                     help="also score the first request of each user (the start-up burst)")
@@ -83,9 +86,15 @@ def main() -> None:
         if args.limit is not None and len(out) >= args.limit:
             break
         try:
-            ttft, tpot = simulate_row(row, conc, None, args.staggered, args.rounds, args.first_wave)
+            ttft, tpot = simulate_row(row, conc, None, args.staggered, args.rounds, args.first_wave,
+                                      args.latency_model)
         except ConfigError as exc:
             skipped["does not fit: " + exc.messages[0].split(": ", 1)[1].split(" at TP")[0]] += 1
+            continue
+        except Exception as exc:  # aiconfigurator: no data for this system, backend or shape
+            if args.latency_model != "aic":
+                raise
+            skipped[f"aic: {type(exc).__name__}: {str(exc)[:80]}"] += 1
             continue
         e_ttft = abs(ttft / row["silicon_ttft_ms"] - 1)
         e_tpot = abs(tpot / row["silicon_tpot_ms"] - 1)

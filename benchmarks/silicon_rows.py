@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from simkit.config import scenario_from_dict
-from simkit.engine import RooflineModel
+from simkit.engine import make_latency_model
 from simkit.request import Request
 from simkit.sim import simulate
 
@@ -98,15 +98,16 @@ def concurrency(row) -> int:
     return max(1, row["decode_batch_size"] * max(1, row["decode_num_workers"]))
 
 
-def scenario_for(row, conc: int, overheads: Optional[dict] = None) -> dict:
+def scenario_for(row, conc: int, overheads: Optional[dict] = None, latency_model: str = "roofline") -> dict:
     """The scenario (a dict) of a row; ``overheads`` overrides the fitted fixed overheads
-    (``layer_overhead_us``, ``pass_overhead_ms``)."""
+    (``layer_overhead_us``, ``pass_overhead_ms``); ``latency_model`` roofline or aic (the
+    database of the row's backend, latest version)."""
     model, gpu, prec = SILICON_MODELS[row["model_path"]], SILICON_GPUS[row["system"]], precision(row)
     isl = int(row["isl"])
     engine = {"max_num_batched_tokens": max(8192, isl), "enable_prefix_caching": False}
 
     def latency(tp: int) -> dict:
-        return {"kind": "roofline", "model": model, "gpu": gpu, "precision": prec, "tensor_parallel_size": tp,
+        return {"kind": latency_model, "model": model, "gpu": gpu, "precision": prec, "tensor_parallel_size": tp,
                 "kv_cache_dtype": "fp8" if prec != "bf16" else "auto", "backend": row["backend"],
                 **(overheads or {})}
 
@@ -130,7 +131,7 @@ def scenario_for(row, conc: int, overheads: Optional[dict] = None) -> dict:
 
 
 def simulate_row(row, conc: int, overheads: Optional[dict] = None, staggered: bool = False,
-                 rounds: int = 3, first_wave: bool = False) -> tuple[float, float]:
+                 rounds: int = 3, first_wave: bool = False, latency_model: str = "roofline") -> tuple[float, float]:
     """Simulated mean TTFT and TPOT (ms) of the scored requests (all but each user's first,
     unless ``first_wave``); TPOT = (last - first token) / (OSL - 1), aiconfigurator's
     definition.
@@ -138,14 +139,14 @@ def simulate_row(row, conc: int, overheads: Optional[dict] = None, staggered: bo
     Raises:
         ConfigError: the deployment is invalid (e.g. the weights do not fit).
     """
-    scenario = scenario_from_dict(scenario_for(row, conc, overheads), source=row["id"])
+    scenario = scenario_from_dict(scenario_for(row, conc, overheads, latency_model), source=row["id"])
     isl, osl = int(row["isl"]), int(row["osl"])
     # users start together (as a benchmark client's do) and, requests being identical, stay in
     # lockstep; staggered: user k starts at k/conc of an estimated request lifetime
     life_s = 0.0
     if staggered:
         _, pool = scenario.pools.named()[-1]
-        model = RooflineModel(pool.latency or scenario.latency)
+        model = make_latency_model(pool.latency or scenario.latency, 1)
         batch = min(conc, pool.max_num_seqs)
         life_s = model.pass_time_s(isl, 0, 0) + osl * model.pass_time_s(0, batch, batch * (isl + osl // 2))
     requests = [Request(rid=i, arrived_at=(i % conc) * life_s / conc, input_length=isl, output_length=osl,

@@ -381,23 +381,10 @@ def _load_or_fail(field_name: str, load, value: str) -> None:
 
 
 @frozen
-class RooflineLatency:
-    """Pass time from the model's architecture and the GPU's capabilities (simkit.engine.
-    RooflineModel): per layer, GEMM, attention (prefill and decode apart), tensor-parallel
-    all-reduce and fixed overheads, each op max(FLOPs / compute, bytes / bandwidth).
+class _Deployment:
+    """The fields and methods of the latency specs that name a model on a GPU (see
+    :class:`RooflineLatency`)."""
 
-    ``model`` is a shipped name (``simkit.hardware.model_names()``) or a config.json path
-    (relative to the scenario file); ``gpu`` a shipped GPU (``gpu_names()``). Weights of linear
-    layers are stored and multiplied in ``precision``; the KV cache in ``kv_cache_dtype``
-    (vLLM's name; ``auto``: bf16). ``gpu_memory_utilization`` (vLLM's name and default) and
-    ``reserved_memory_gib`` (activations, CUDA graphs, NCCL buffers: 3.5 GiB, aiconfigurator's
-    ``other_mem``) size the KV cache when a pool leaves ``num_gpu_blocks`` unset.
-    ``tp`` is accepted for ``tensor_parallel_size``. Efficiencies and overheads come from
-    ``simkit/data/calibration.json`` for the GPU (and ``backend``, when given and fitted);
-    ``layer_overhead_us`` and ``pass_overhead_ms`` override the fitted overheads.
-    """
-
-    kind: Literal["roofline"] = "roofline"
     model: str = "Llama-3.1-8B"
     gpu: str = "H100"
     tensor_parallel_size: int = field(default=1, validator=[_positive, _at_most(64)])
@@ -405,16 +392,6 @@ class RooflineLatency:
     kv_cache_dtype: Literal["auto", "bf16", "fp8"] = "auto"
     gpu_memory_utilization: float = field(default=0.9, validator=_pos + [_at_most(1)])
     reserved_memory_gib: float = field(default=3.5, validator=_nonneg)
-    #: serving engine whose fitted fixed overheads apply (null: the GPU's fit over all engines)
-    backend: Optional[Literal["vllm", "sglang", "trtllm"]] = None
-    #: override the fitted fixed time per layer (us) and per pass (ms); null: the fit
-    layer_overhead_us: Optional[float] = field(default=None, validator=_nonneg)
-    pass_overhead_ms: Optional[float] = field(default=None, validator=_nonneg)
-    speedup_ratio: float = field(default=1.0, validator=_pos)
-
-    def __attrs_post_init__(self) -> None:
-        _load_or_fail("model", hardware.load_model, self.model)
-        _load_or_fail("gpu", hardware.load_gpu, self.gpu)
 
     @property
     def kv_precision(self) -> str:
@@ -433,6 +410,63 @@ class RooflineLatency:
 
 
 @frozen
+class RooflineLatency(_Deployment):
+    """Pass time from the model's architecture and the GPU's capabilities (simkit.engine.
+    RooflineModel): per layer, GEMM, attention (prefill and decode apart), tensor-parallel
+    all-reduce and fixed overheads, each op max(FLOPs / compute, bytes / bandwidth).
+
+    ``model`` is a shipped name (``simkit.hardware.model_names()``) or a config.json path
+    (relative to the scenario file); ``gpu`` a shipped GPU (``gpu_names()``). Weights of linear
+    layers are stored and multiplied in ``precision``; the KV cache in ``kv_cache_dtype``
+    (vLLM's name; ``auto``: bf16). ``gpu_memory_utilization`` (vLLM's name and default) and
+    ``reserved_memory_gib`` (activations, CUDA graphs, NCCL buffers: 3.5 GiB, aiconfigurator's
+    ``other_mem``) size the KV cache when a pool leaves ``num_gpu_blocks`` unset.
+    ``tp`` is accepted for ``tensor_parallel_size``. Efficiencies and overheads come from
+    ``simkit/data/calibration.json`` for the GPU (and ``backend``, when given and fitted);
+    ``layer_overhead_us`` and ``pass_overhead_ms`` override the fitted overheads.
+    """
+
+    kind: Literal["roofline"] = "roofline"
+    #: serving engine whose fitted fixed overheads apply (null: the GPU's fit over all engines)
+    backend: Optional[Literal["vllm", "sglang", "trtllm"]] = None
+    #: override the fitted fixed time per layer (us) and per pass (ms); null: the fit
+    layer_overhead_us: Optional[float] = field(default=None, validator=_nonneg)
+    pass_overhead_ms: Optional[float] = field(default=None, validator=_nonneg)
+    speedup_ratio: float = field(default=1.0, validator=_pos)
+
+    def __attrs_post_init__(self) -> None:
+        _load_or_fail("model", hardware.load_model, self.model)
+        _load_or_fail("gpu", hardware.load_gpu, self.gpu)
+
+
+
+@frozen
+class AicLatency(_Deployment):
+    """Pass times from NVIDIA aiconfigurator's measured per-op database (simkit.aic.AicModel),
+    behind a cache of geometric buckets (``bucket_steps_per_octave``). Needs the optional
+    ``aiconfigurator-core`` package (``pip install simkit[aic]``). ``model`` is a shipped model
+    name, ``gpu`` a shipped GPU; ``backend`` (default vllm) and ``aic_version`` (default: the
+    latest) pick the database. KV capacity and link bytes are derived as for ``roofline``."""
+
+    kind: Literal["aic"] = "aic"
+    backend: Optional[Literal["vllm", "sglang", "trtllm"]] = None
+    aic_version: Optional[str] = None
+    #: cache grid: points per doubling of each shape dimension
+    bucket_steps_per_octave: int = field(default=64, validator=[_positive, _at_most(1024)])
+    # (a power of two gives the grid of simkit.aic.bucket; others are rounded down to one)
+    speedup_ratio: float = field(default=1.0, validator=_pos)
+
+    def __attrs_post_init__(self) -> None:
+        import importlib.util
+
+        if importlib.util.find_spec("aiconfigurator_core") is None:
+            raise FieldValueError("kind", "the aic latency model needs aiconfigurator-core: "
+                                          "pip install 'simkit[aic]' (or aiconfigurator-core)")
+        _load_or_fail("model", hardware.aic_model_path, self.model)
+        _load_or_fail("gpu", hardware.aic_system, self.gpu)
+
+
+@frozen
 class TableLatency:
     """Pass times interpolated from a measured per-pass CSV (``path``, relative to the scenario
     file; header ``prefill_tokens,decode_requests,decode_context_tokens,pass_ms``; see
@@ -446,7 +480,7 @@ class TableLatency:
         _load_or_fail("path", hardware.load_pass_table, self.path)
 
 
-LatencySpec = Union[PolynomialLatency, ConstantLatency, RooflineLatency, TableLatency]
+LatencySpec = Union[PolynomialLatency, ConstantLatency, RooflineLatency, TableLatency, AicLatency]
 
 #: aliases accepted in a latency mapping, renamed before structuring
 _LATENCY_ALIASES = {"tp": "tensor_parallel_size"}
@@ -638,7 +672,7 @@ class Scenario:
         models = []
         for name, pool in self.pools.named():
             lat = pool.latency or self.latency
-            roofline = isinstance(lat, RooflineLatency)
+            roofline = isinstance(lat, _Deployment)
             if roofline:
                 models.append(lat)
             if pool.num_gpu_blocks is None:
@@ -664,7 +698,7 @@ _UNIONS: dict[Any, dict[str, type]] = {
                   "piecewise": PiecewiseArrival, "diurnal": DiurnalArrival},
     WorkloadSpec: {"synthetic": SyntheticWorkload, "trace": TraceWorkload},
     LatencySpec: {"polynomial": PolynomialLatency, "constant": ConstantLatency,
-                  "roofline": RooflineLatency, "table": TableLatency},
+                  "roofline": RooflineLatency, "table": TableLatency, "aic": AicLatency},
     RouterSpec: {"round_robin": RoundRobinRouter, "least_loaded": LeastLoadedRouter,
                  "kv_aware": KvAwareRouter, "session_affinity": SessionAffinityRouter},
 }
@@ -685,7 +719,7 @@ def _kind_hook(kinds: dict[str, type]):
         if not isinstance(value, dict):
             raise TypeError(f"expected a mapping with a 'kind' (one of: {expected}), got {_describe(value)}")
         kind = value.get("kind")
-        if kind == "roofline":
+        if kind in ("roofline", "aic"):
             for alias, name in _LATENCY_ALIASES.items():
                 if alias in value and name not in value:
                     value = {(name if k == alias else k): v for k, v in value.items()}

@@ -16,7 +16,8 @@ from typing import Optional, Protocol
 import attrs
 import numpy as np
 
-from simkit.config import ConstantLatency, LatencySpec, PolynomialLatency, RooflineLatency, TableLatency
+from simkit.config import (AicLatency, ConstantLatency, LatencySpec, PolynomialLatency, RooflineLatency,
+                           TableLatency)
 from simkit.hardware import (PRECISION_BYTES, Calibration, GpuSpec, ModelArch, kv_shard_fraction,
                              load_calibration, load_gpu, load_model, load_pass_table)
 from simkit.units import S_PER_MS
@@ -385,4 +386,8 @@ def make_latency_model(spec: LatencySpec, kv_capacity_tokens: int) -> LatencyMod
         return RooflineModel(spec)
     if isinstance(spec, TableLatency):
         return TableModel(spec)
+    if isinstance(spec, AicLatency):
+        from simkit.aic import AicModel  # the optional aiconfigurator-core, only when asked for
+
+        return AicModel(spec)
     raise TypeError(f"no latency model for {spec!r}")

@@ -30,7 +30,8 @@ from attrs import frozen
 
 __all__ = ["ModelArch", "GpuSpec", "Calibration", "PRECISION_BYTES", "HardwareError",
            "load_model", "load_gpu", "load_calibration", "model_names", "gpu_names",
-           "weights_bytes", "arch_from_config", "kv_shard_fraction", "kv_capacity_blocks", "PassTable", "load_pass_table"]
+           "weights_bytes", "arch_from_config", "kv_shard_fraction", "kv_capacity_blocks", "PassTable", "load_pass_table",
+           "AIC_MODEL_PATHS", "aic_model_path", "aic_system"]
 
 #: bytes per weight or KV value. fp4 is NVFP4: 4 bits plus one fp8 scale per 16 values
 #: (NVIDIA, "Introducing NVFP4", 2025): 0.5 + 1/16 bytes.
@@ -272,6 +273,32 @@ def _lookup(table: dict, name: str, what: str) -> str:
         if key.lower() == name.lower() or table[key].get("aic_system") == name.lower():
             return key
     raise HardwareError(f"unknown {what} {name!r} (expected one of: {', '.join(table)})")
+
+
+#: shipped model -> the Hugging Face id aiconfigurator-core knows it by (its model_configs/)
+AIC_MODEL_PATHS = {
+    "Llama-3.1-8B": "meta-llama/Meta-Llama-3.1-8B", "Llama-3.1-70B": "meta-llama/Meta-Llama-3.1-70B",
+    "Qwen3-32B": "Qwen/Qwen3-32B", "Qwen3-235B-A22B": "Qwen/Qwen3-235B-A22B",
+    "gpt-oss-120b": "openai/gpt-oss-120b", "DeepSeek-V3": "deepseek-ai/DeepSeek-V3",
+}
+
+
+def aic_model_path(model: str) -> str:
+    """The aiconfigurator-core model id of a shipped model name.
+
+    Raises:
+        HardwareError: not a shipped model (a config.json path has no aiconfigurator data).
+    """
+    key = _model_files().get(model.lower())
+    if key not in AIC_MODEL_PATHS:
+        raise HardwareError(f"the aic latency model needs a shipped model name "
+                            f"({', '.join(AIC_MODEL_PATHS)}), got {model!r}")
+    return AIC_MODEL_PATHS[key]
+
+
+def aic_system(gpu: str) -> str:
+    """aiconfigurator-core's system name of a shipped GPU (``H100`` -> ``h100_sxm``)."""
+    return _gpus()[_lookup(_gpus(), gpu, "gpu")]["aic_system"]
 
 
 def load_gpu(name: str) -> GpuSpec:

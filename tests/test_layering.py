@@ -10,7 +10,7 @@ from conftest import REPO
 LAYERS = {
     "units": 0, "rng": 0,
     "config": 1, "request": 1, "records": 1, "hardware": 1,
-    "trace": 2, "engine": 2, "kvcache": 2, "scheduler": 2,
+    "trace": 2, "engine": 2, "aic": 2, "kvcache": 2, "scheduler": 2,
     "probe": 3, "messages": 3, "source": 3, "worker": 3, "link": 3, "router": 3, "collector": 3,
     "sim": 4,
     "report": 5, "plots": 5,

@@ -203,3 +203,34 @@ def test_overrides_and_backend_overheads():
         m = RooflineModel(RooflineLatency(model="Llama-3.1-8B", gpu="H100", backend=backend))
         assert m.cal == load_calibration("H100", backend)
         assert (m.cal.gemm_compute_eff, m.cal.comm_eff) == (base.cal.gemm_compute_eff, base.cal.comm_eff)
+
+
+def test_aic_bucket_grid_by_hand():
+    from simkit.aic import bucket
+
+    # 16 points per doubling: up to 16 exact; [512, 1024) in steps of 32; rounded up
+    assert [bucket(x, 16) for x in (1, 16, 17, 33, 763, 768, 769, 1000, 2048, 2049)] == \
+        [1, 16, 17, 34, 768, 768, 800, 1024, 2048, 2176]
+    assert all(x <= bucket(x, 64) < x * (1 + 1 / 64) + 1 for x in range(1, 5000))
+
+
+def test_aic_latency_model_caches_by_bucket():
+    pytest.importorskip("aiconfigurator_core", reason="optional extra simkit[aic] (aiconfigurator-core) not installed")
+    from simkit.engine import make_latency_model
+
+    s = scenario_from_dict({"pools": {"aggregated": {}}, "latency": {
+        "kind": "aic", "model": "Llama-3.1-8B", "gpu": "H100", "precision": "fp8", "backend": "vllm",
+        "bucket_steps_per_octave": 16}})
+    m = make_latency_model(s.latency, 1)
+    a = m.pass_time_s(0, 8, 8 * 1000)  # 1000 tokens per request -> bucket 1024
+    assert m.calls == 1
+    assert m.pass_time_s(0, 8, 8 * 1010) == a and m.calls == 1  # same bucket: no new call
+    assert a == pytest.approx(m.exact_ms(0, 8, 1024) * 1e-3, rel=1e-12)
+    assert m.pass_time_s(8192, 0, 0) > a > 0
+    assert s.pools.aggregated.num_gpu_blocks > 0 and s.link is None
+
+
+def test_aic_needs_a_shipped_model():
+    pytest.importorskip("aiconfigurator_core", reason="optional extra simkit[aic] (aiconfigurator-core) not installed")
+    with pytest.raises(ConfigError, match="needs a shipped model name"):
+        scenario_from_dict({"pools": {"aggregated": {}}, "latency": {"kind": "aic", "model": "/x/config.json"}})
