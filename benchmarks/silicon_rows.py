@@ -38,7 +38,17 @@ SILICON_GPUS = {"a100_sxm": "A100", "h100_sxm": "H100", "h200_sxm": "H200", "b20
                 "gb200": "GB200", "b300_sxm": "B300", "l40s": "L40S"}
 INT_COLS = ["tp_size", "pp_size", "attention_dp_size", "batch_size", "prefill_num_workers",
             "prefill_tp_size", "prefill_attention_dp_size", "decode_num_workers", "decode_tp_size",
-            "decode_attention_dp_size", "decode_batch_size", "prefill_batch_size"]
+            "decode_attention_dp_size", "decode_batch_size", "prefill_batch_size", "moe_tp_size", "moe_ep_size",
+            "prefill_moe_tp_size", "prefill_moe_ep_size", "decode_moe_tp_size", "decode_moe_ep_size",
+            "prefill_pp_size", "decode_pp_size"]
+
+
+def worker_gpus(row, prefix: str = "") -> int:
+    """GPUs of one worker: attention TP x PP x attention-DP, or the MoE TP x EP if larger.
+    simkit prices them as one tensor-parallel group of that size (attention DP and expert
+    parallelism are not modelled apart)."""
+    attention = max(1, row[f"{prefix}tp_size"]) * max(1, row[f"{prefix}pp_size"]) * max(1, row[f"{prefix}attention_dp_size"])
+    return max(attention, max(1, row[f"{prefix}moe_tp_size"]) * max(1, row[f"{prefix}moe_ep_size"]))
 
 
 def calibration_row(row_id: str) -> bool:
@@ -112,14 +122,13 @@ def scenario_for(row, conc: int, overheads: Optional[dict] = None, latency_model
                 **(overheads or {})}
 
     if row["mode"] == "agg":
-        tp = max(1, row["tp_size"]) * max(1, row["pp_size"]) * max(1, row["attention_dp_size"])
+        tp = worker_gpus(row)
         # a missing batch size (some rows): the whole concurrency on one worker
         batch = row["batch_size"] * max(1, row["attention_dp_size"]) or conc
         pools = {"aggregated": {"workers": max(1, -(-conc // batch)), "max_num_seqs": batch, **engine}}
         lat = latency(tp)
     else:
-        ptp = max(1, row["prefill_tp_size"]) * max(1, row["prefill_attention_dp_size"])
-        dtp = max(1, row["decode_tp_size"]) * max(1, row["decode_attention_dp_size"])
+        ptp, dtp = worker_gpus(row, "prefill_"), worker_gpus(row, "decode_")
         dworkers = max(1, row["decode_num_workers"])
         # a missing decode batch size (some rows): the concurrency shared by the decode workers
         dbatch = row["decode_batch_size"] * max(1, row["decode_attention_dp_size"]) or -(-conc // dworkers)
