@@ -93,19 +93,19 @@ def skip_reason(row) -> str:
         return f"model/system not shipped ({row['model_path']}, {row['system']})"
     if not precision(row):
         return f"precision {row['gemm_quant_mode']}"
+    if not concurrency(row):
+        return "concurrency not stated"
     return ""
 
 
 def concurrency(row) -> int:
+    """The row's client concurrency (``silicon_concurrency=N`` in its source, else ``_cN_`` in
+    its id); 0 when it states none."""
     m = re.search(r"silicon_concurrency=(\d+)", str(row["silicon_data_source"]))
     if m:
         return int(m.group(1))
     m = re.search(r"_c(\d+)_", row["id"])
-    if m:
-        return int(m.group(1))
-    if row["mode"] == "agg":
-        return max(1, row["batch_size"])
-    return max(1, row["decode_batch_size"] * max(1, row["decode_num_workers"]))
+    return int(m.group(1)) if m else 0
 
 
 def scenario_for(row, conc: int, overheads: Optional[dict] = None, latency_model: str = "roofline") -> dict:
