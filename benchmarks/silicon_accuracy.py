@@ -57,6 +57,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3, help="requests per user (default 3)")
     ap.add_argument("--first-wave", action="store_true",
                     help="also score the first request of each user (the start-up burst)")
+    ap.add_argument("--calibration-rows", action="store_true",
+                    help="score the calibration rows instead (to choose settings without the scored rows)")
     ap.add_argument("--staggered", action="store_true",
                     help="start the users spread over a request lifetime instead of all at 0")
     args = ap.parse_args()
@@ -68,8 +70,8 @@ def main() -> None:
     skipped: Counter = Counter()
     out = []
     for row in load_rows(path):
-        if calibration_row(row["id"]):
-            skipped["calibration row"] += 1
+        if calibration_row(row["id"]) != args.calibration_rows:
+            skipped["calibration row" if not args.calibration_rows else "scored row"] += 1
             continue
         model = SILICON_MODELS.get(row["model_path"])
         if (systems and row["system"] not in systems) or (backends and row["backend"] not in backends) or (
