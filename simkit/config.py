@@ -795,6 +795,12 @@ for _union, _kinds in _UNIONS.items():
     converter.register_structure_hook(_union, _kind_hook(_kinds))
 _latency_hook = _kind_hook(_UNIONS[LatencySpec])
 converter.register_structure_hook(Optional[LatencySpec], lambda v, t: None if v is None else _latency_hook(v, t))
+# model-on-GPU latency specs: ``kind`` first in dumps (attrs puts base-class fields first)
+converter.register_unstructure_hook_func(
+    lambda t: isinstance(t, type) and issubclass(t, _Deployment) and t is not _Deployment,
+    lambda spec: {"kind": spec.kind, **{a.name: getattr(spec, a.name) for a in attrs.fields(type(spec))
+                                        if a.name != "kind"}},
+)
 converter.register_unstructure_hook(
     PoolsSpec,
     lambda pools: {name: converter.unstructure(spec) for name, spec in pools.named()},

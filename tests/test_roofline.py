@@ -234,3 +234,19 @@ def test_aic_needs_a_shipped_model():
     pytest.importorskip("aiconfigurator_core", reason="optional extra simkit[aic] (aiconfigurator-core) not installed")
     with pytest.raises(ConfigError, match="needs a shipped model name"):
         scenario_from_dict({"pools": {"aggregated": {}}, "latency": {"kind": "aic", "model": "/x/config.json"}})
+
+
+def test_roofline_scenario_dumps_kind_first_and_round_trips():
+    import yaml
+
+    from simkit.config import dump_scenario
+
+    s = scenario_from_dict({"pools": {"prefill": {"latency": {"kind": "roofline", "model": "Qwen3-32B", "gpu": "H200",
+                                                              "tp": 1}}, "decode": {}},
+                            "latency": {"kind": "roofline", "model": "Qwen3-32B", "gpu": "H200", "tp": 2,
+                                        "precision": "fp8"}})
+    data = yaml.safe_load(dump_scenario(s))
+    assert list(data["latency"])[0] == "kind" and list(data["pools"]["prefill"]["latency"])[0] == "kind"
+    assert scenario_from_dict(data) == s
+    # prefill at TP 1 bf16 holds fewer blocks than decode at TP 2 fp8 (weights 65.5 GB vs 16.4 GB per GPU)
+    assert s.pools.prefill.num_gpu_blocks < s.pools.decode.num_gpu_blocks
