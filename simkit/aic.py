@@ -24,7 +24,7 @@ from functools import lru_cache
 
 from simkit.config import AicLatency
 from simkit.engine import _decode_run_by_passes
-from simkit.hardware import aic_model_path, aic_system
+from simkit.hardware import aic_model_path, aic_system, load_model
 from simkit.units import S_PER_MS
 
 __all__ = ["AicModel", "bucket"]
@@ -45,7 +45,7 @@ def bucket(x: float, steps_per_octave: int) -> int:
 
 @lru_cache(maxsize=16)
 def _engine(model_path: str, system: str, backend: str, version: str, tp: int, precision: str,
-            kv_cache_dtype: str):
+            kv_cache_dtype: str, moe_model: bool):
     """(model, database) of aiconfigurator for a deployment (built once per process)."""
     from aiconfigurator_core.sdk import common, config
     from aiconfigurator_core.sdk.models import get_model
@@ -59,7 +59,10 @@ def _engine(model_path: str, system: str, backend: str, version: str, tp: int, p
     gemm = {"bf16": common.GEMMQuantMode.bfloat16, "fp8": common.GEMMQuantMode.fp8,
             "fp4": common.GEMMQuantMode.nvfp4}[precision]
     kv = {"bf16": common.KVCacheQuantMode.bfloat16, "fp8": common.KVCacheQuantMode.fp8}[kv_cache_dtype]
-    model = get_model(model_path, config.ModelConfig(tp_size=tp, gemm_quant_mode=gemm, kvcache_quant_mode=kv),
+    # MoE experts split like the rest, tensor parallel over the worker's GPUs (no expert
+    # parallelism), as in the roofline model
+    moe = {"moe_tp_size": tp, "moe_ep_size": 1} if moe_model else {}
+    model = get_model(model_path, config.ModelConfig(tp_size=tp, gemm_quant_mode=gemm, kvcache_quant_mode=kv, **moe),
                       backend)
     return model, database
 
@@ -75,7 +78,7 @@ class AicModel:
         self._step = rust_engine_step
         self.model, self.database = _engine(
             aic_model_path(spec.model), aic_system(spec.gpu), spec.backend or "vllm", spec.aic_version or "",
-            spec.tensor_parallel_size, spec.precision, spec.kv_precision)
+            spec.tensor_parallel_size, spec.precision, spec.kv_precision, load_model(spec.model).is_moe)
         self.steps = spec.bucket_steps_per_octave
         self.scale_s = S_PER_MS / spec.speedup_ratio
         self.cache: dict[tuple[int, int, int], float] = {}
