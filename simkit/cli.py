@@ -38,7 +38,8 @@ def _parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="python -m simkit",
         description="Simulate LLM serving (aggregated or disaggregated) on a scenario file.",
-        epilog="Other commands: 'python -m simkit compare RUN_DIR ...' (side-by-side summaries) and "
+        epilog="Other commands: 'python -m simkit compare RUN_DIR ...' (side-by-side summaries), "
+               "'python -m simkit step --model M --gpu G ...' (one pass's roofline breakdown) and "
                "'python -m simkit sweep SCENARIO.yaml --grid KEY=V1,V2 ...' (parameter sweeps); "
                "each has its own --help.",
     )
@@ -225,10 +226,77 @@ def compare_main(argv: Sequence[str]) -> int:
     return 0
 
 
+def _step_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m simkit step",
+                description="Time one forward pass with the roofline model and show its breakdown.")
+    p.add_argument("--model", required=True, help="a shipped model name or a config.json path")
+    p.add_argument("--gpu", required=True, help="a shipped GPU name (H100, H200, B200, ...)")
+    p.add_argument("--tp", "--tensor-parallel-size", dest="tp", type=int, default=1, help="GPUs per worker")
+    p.add_argument("--precision", choices=("bf16", "fp8", "fp4"), default="bf16", help="weight precision")
+    p.add_argument("--kv-cache-dtype", choices=("auto", "bf16", "fp8"), default="auto")
+    p.add_argument("--backend", choices=("vllm", "sglang", "trtllm"), default=None,
+                   help="the serving engine whose fitted overheads apply (default: the GPU's fit)")
+    p.add_argument("--prefill-tokens", type=int, default=0, help="prompt tokens computed in the pass (one chunk)")
+    p.add_argument("--decode-contexts", default="", metavar="C1,C2,...",
+                   help="KV length of each decode request after the pass, comma-separated")
+    return p
+
+
+def step_table(model, prefill_tokens: int, contexts: list[int]) -> str:
+    """The pass's operator table and totals (``model`` a RooflineModel)."""
+    ops = model.breakdown(prefill_tokens, len(contexts), sum(contexts))
+    spec, gpu = model.spec, model.gpu
+    lines = [f"{model.arch.name} on {model.tp} x {gpu.name} ({spec.precision} weights, {spec.kv_precision} KV): "
+             f"{prefill_tokens} prefill tokens, {len(contexts)} decode requests ({sum(contexts)} context tokens)",
+             f"{'op':18}{'GFLOP':>10}{'MB':>10}{'compute ms':>12}{'memory ms':>11}{'time ms':>10}  bound"]
+    for op in ops:
+        lines.append(f"{op.name:18}{op.flops / 1e9:10.2f}{op.bytes / 1e6:10.1f}{op.compute_s * 1e3:12.3f}"
+                     f"{op.memory_s * 1e3:11.3f}{op.time_s * 1e3:10.3f}  {op.bound}")
+    total = sum(op.time_s for op in ops) * 1e3
+    by = {"gemm": ("gemm", "experts", "lm_head", "elementwise"),
+          "attention": ("attention_prefill", "attention_decode"),
+          "communication": ("allreduce",), "overhead": ("overhead",)}
+    parts = ", ".join(f"{k} {sum(o.time_s for o in ops if o.name in names) * 1e3:.3f}" for k, names in by.items())
+    compute = sum(o.time_s for o in ops if o.bound == "compute") * 1e3
+    memory = sum(o.time_s for o in ops if o.bound == "memory") * 1e3
+    lines.append(f"pass time {total:.3f} ms: {parts} ms; compute-bound ops {compute:.3f} ms, "
+                 f"memory-bound ops {memory:.3f} ms ({'compute' if compute >= memory else 'memory'}-bound pass)")
+    return "\n".join(lines)
+
+
+def step_main(argv: Sequence[str]) -> int:
+    """``python -m simkit step ...``: exit 0, or 2 for a bad name or value (one line)."""
+    args = _step_parser().parse_args(argv)
+    from simkit.config import RooflineLatency
+    from simkit.engine import RooflineModel
+    from simkit.hardware import HardwareError, load_gpu, load_model
+
+    try:
+        contexts = [int(c) for c in args.decode_contexts.split(",") if c.strip()]
+    except ValueError:
+        return _fail([f"--decode-contexts {args.decode_contexts!r}: expected comma-separated integers, e.g. 1000,2500"])
+    if args.prefill_tokens < 0 or any(c < 1 for c in contexts) or args.tp < 1:
+        return _fail(["--prefill-tokens must be >= 0, --decode-contexts >= 1 each and --tp >= 1"])
+    if not args.prefill_tokens and not contexts:
+        return _fail(["empty pass: give --prefill-tokens and/or --decode-contexts"])
+    try:
+        load_model(args.model)
+        load_gpu(args.gpu)
+        spec = RooflineLatency(model=args.model, gpu=args.gpu, tensor_parallel_size=args.tp,
+                               precision=args.precision, kv_cache_dtype=args.kv_cache_dtype,
+                               backend=args.backend)
+    except (HardwareError, ValueError) as exc:
+        return _fail([f"simkit step: {exc}"])
+    print(step_table(RooflineModel(spec), args.prefill_tokens, contexts))
+    return 0
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "compare":
         return compare_main(argv[1:])
+    if argv and argv[0] == "step":
+        return step_main(argv[1:])
     if argv and argv[0] == "sweep":
         from simkit.sweep import main as sweep_main
 

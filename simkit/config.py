@@ -25,6 +25,8 @@ from attrs import field, frozen
 from cattrs.gen import make_dict_structure_fn
 from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, IterableValidationError
 
+from simkit import hardware
+
 __all__ = [
     "ConfigError",
     "Scenario",
@@ -387,7 +389,121 @@ class ConstantLatency:
     speedup_ratio: float = field(default=1.0, validator=_pos)
 
 
-LatencySpec = Union[PolynomialLatency, ConstantLatency]
+def _load_or_fail(field_name: str, load, value: str) -> None:
+    """Validate a name or path by loading it; a HardwareError becomes the field's error."""
+    try:
+        load(value)
+    except hardware.HardwareError as exc:
+        raise FieldValueError(field_name, str(exc)) from None
+
+
+@frozen
+class _Deployment:
+    """The fields and methods of the latency specs that name a model on a GPU (see
+    :class:`RooflineLatency`)."""
+
+    model: str = "Llama-3.1-8B"
+    gpu: str = "H100"
+    tensor_parallel_size: int = field(default=1, validator=[_positive, _at_most(64)])
+    precision: Literal["bf16", "fp8", "fp4"] = "bf16"
+    kv_cache_dtype: Literal["auto", "bf16", "fp8"] = "auto"
+    gpu_memory_utilization: float = field(default=0.9, validator=_pos + [_at_most(1)])
+    reserved_memory_gib: float = field(default=3.5, validator=_nonneg)
+
+    @property
+    def kv_precision(self) -> str:
+        return "bf16" if self.kv_cache_dtype == "auto" else self.kv_cache_dtype
+
+    def kv_bytes_per_token(self) -> int:
+        """Whole-model KV bytes per token (all TP ranks): what the handoff link moves."""
+        return hardware.load_model(self.model).kv_bytes_per_token(self.kv_precision)
+
+    def num_gpu_blocks(self, block_size: int) -> int:
+        """KV blocks per worker from GPU memory (simkit.hardware.kv_capacity_blocks).
+
+        Raises:
+            ValueError: the weights do not fit."""
+        return hardware.kv_capacity_blocks(self, block_size)
+
+
+@frozen
+class RooflineLatency(_Deployment):
+    """Pass time from the model's architecture and the GPU's capabilities (simkit.engine.
+    RooflineModel): per layer, GEMM, attention (prefill and decode apart), tensor-parallel
+    all-reduce and fixed overheads, each op max(FLOPs / compute, bytes / bandwidth).
+
+    ``model`` is a shipped name (``simkit.hardware.model_names()``) or a config.json path
+    (relative to the scenario file); ``gpu`` a shipped GPU (``gpu_names()``). Weights of linear
+    layers are stored and multiplied in ``precision``; the KV cache in ``kv_cache_dtype``
+    (vLLM's name; ``auto``: bf16). ``gpu_memory_utilization`` (vLLM's name and default) and
+    ``reserved_memory_gib`` (activations, CUDA graphs, NCCL buffers: 3.5 GiB, aiconfigurator's
+    ``other_mem``) size the KV cache when a pool leaves ``num_gpu_blocks`` unset.
+    ``tp`` is accepted for ``tensor_parallel_size``. Efficiencies and overheads come from
+    ``simkit/data/calibration.json`` for the GPU (and ``backend``, when given and fitted);
+    ``layer_overhead_us`` and ``pass_overhead_ms`` override the fitted overheads.
+    """
+
+    kind: Literal["roofline"] = "roofline"
+    #: serving engine whose fitted fixed overheads apply (null: the GPU's fit over all engines)
+    backend: Optional[Literal["vllm", "sglang", "trtllm"]] = None
+    #: override the fitted fixed time per layer (us) and per pass (ms); null: the fit
+    layer_overhead_us: Optional[float] = field(default=None, validator=_nonneg)
+    pass_overhead_ms: Optional[float] = field(default=None, validator=_nonneg)
+    speedup_ratio: float = field(default=1.0, validator=_pos)
+
+    def __attrs_post_init__(self) -> None:
+        _load_or_fail("model", hardware.load_model, self.model)
+        _load_or_fail("gpu", hardware.load_gpu, self.gpu)
+
+
+
+@frozen
+class AicLatency(_Deployment):
+    """Pass times from NVIDIA aiconfigurator's measured per-op database (simkit.aic.AicModel),
+    behind a cache of geometric buckets (``bucket_steps_per_octave``). Needs the optional
+    ``aiconfigurator-core`` package (``pip install simkit[aic]``). ``model`` is a shipped model
+    name, ``gpu`` a shipped GPU; ``backend`` (default vllm) and ``aic_version`` (default: the
+    latest) pick the database. KV capacity and link bytes are derived as for ``roofline``."""
+
+    kind: Literal["aic"] = "aic"
+    backend: Optional[Literal["vllm", "sglang", "trtllm"]] = None
+    aic_version: Optional[str] = None
+    #: cache grid: points per doubling of each shape dimension
+    bucket_steps_per_octave: int = field(default=64, validator=[_positive, _at_most(1024)])
+    # (a power of two gives the grid of simkit.aic.bucket; others are rounded down to one)
+    speedup_ratio: float = field(default=1.0, validator=_pos)
+
+    def __attrs_post_init__(self) -> None:
+        import importlib.util
+
+        if importlib.util.find_spec("aiconfigurator_core") is None:
+            raise FieldValueError("kind", "the aic latency model needs aiconfigurator-core: "
+                                          "pip install 'simkit[aic]' (or aiconfigurator-core)")
+        _load_or_fail("model", hardware.aic_model_path, self.model)
+        _load_or_fail("gpu", hardware.aic_system, self.gpu)
+
+
+@frozen
+class TableLatency:
+    """Pass times interpolated from a measured per-pass CSV (``path``, relative to the scenario
+    file; header ``prefill_tokens,decode_requests,decode_context_tokens,pass_ms``; see
+    ``simkit.hardware.load_pass_table`` and ``simkit.engine.TableModel``)."""
+
+    kind: Literal["table"] = "table"
+    path: str = ""
+    speedup_ratio: float = field(default=1.0, validator=_pos)
+
+    def __attrs_post_init__(self) -> None:
+        _load_or_fail("path", hardware.load_pass_table, self.path)
+
+
+LatencySpec = Union[PolynomialLatency, ConstantLatency, RooflineLatency, TableLatency, AicLatency]
+
+#: aliases accepted in a latency mapping, renamed before structuring
+_LATENCY_ALIASES = {"tp": "tensor_parallel_size"}
+#: KV blocks per worker when a pool leaves ``num_gpu_blocks`` unset and the latency model does
+#: not derive it (the reference mocker's default)
+DEFAULT_NUM_GPU_BLOCKS = 16384
 
 # ----------------------------------------------------------------------------- cluster
 
@@ -402,7 +518,8 @@ class PoolSpec:
 
     workers: int = field(default=1, validator=[_positive, _at_most(10_000)])  #: workers in the pool
     block_size: int = field(default=64, validator=_tokens)  #: tokens per KV cache block
-    num_gpu_blocks: int = field(default=16384, validator=_tokens)  #: KV cache blocks per worker
+    #: KV cache blocks per worker; null: from GPU memory with a roofline latency model, else 16384
+    num_gpu_blocks: Optional[int] = field(default=None, validator=_tokens)
     max_num_batched_tokens: int = field(default=8192, validator=_tokens)  #: token budget per pass
     max_num_seqs: int = field(default=256, validator=_count)  #: running requests per pass
     #: longest request (prompt + output tokens) a worker serves, as vLLM's max_model_len;
@@ -421,6 +538,10 @@ class PoolSpec:
     #: GPU budget bounds it)
     min_workers: int = field(default=1, validator=[_non_negative, _at_most(10_000)])
     max_workers: Optional[int] = field(default=None, validator=[_positive, _at_most(10_000)])
+
+    #: this pool's latency model when it differs from the scenario's (e.g. prefill and decode
+    #: workers with different tensor_parallel_size); null: the scenario's ``latency``
+    latency: Optional[LatencySpec] = None
 
     def __attrs_post_init__(self) -> None:
         if self.max_workers is not None and not self.min_workers <= self.workers <= self.max_workers:
@@ -469,14 +590,16 @@ class LinkSpec:
 
     Transfer time = tokens * ``kv_bytes_per_token`` / bandwidth + latency, one transfer per
     channel at a time. ``bandwidth_gb_per_s: null`` makes serialisation instantaneous (the
-    reference's default). ``kv_bytes_per_token`` defaults to Llama-3.1-8B in bf16:
+    reference's default). ``kv_bytes_per_token`` defaults to the roofline latency model's KV
+    bytes per token when the scenario names a model, else to Llama-3.1-8B in bf16:
     2 (K and V) * 32 layers * 8 KV heads * 128 head dim * 2 bytes = 131072 (REFERENCE.md s5).
     """
 
     bandwidth_gb_per_s: Optional[float] = field(default=None, validator=_pos)
     latency_ms: float = field(default=0.0, validator=_nonneg)
     channels: int = field(default=1, validator=_count)
-    kv_bytes_per_token: int = field(default=131072, validator=[_positive, _at_most(1 << 40)])
+    #: null: the roofline model's KV bytes per token, else 131072 (Llama-3.1-8B bf16)
+    kv_bytes_per_token: Optional[int] = field(default=None, validator=[_positive, _at_most(1 << 40)])
     #: ``full_prompt``: every prompt token's KV crosses the link, and the decode worker is
     #: chosen when it arrives. ``destination_missing``: the decode worker is chosen when the
     #: prefill ends and only the prompt tokens it does not already cache (whole blocks, as its
@@ -696,6 +819,7 @@ class Scenario:
             raise ValueError("'link' applies only to disaggregated pools (prefill + decode)")
         if self.pools.mode == "disaggregated" and self.link is None:
             object.__setattr__(self, "link", LinkSpec())
+        self._resolve_hardware()
         wl = self.workload
         if isinstance(wl, SyntheticWorkload):
             for name, pool in self.pools.named():
@@ -717,6 +841,32 @@ class Scenario:
             if isinstance(self.planner, SlaPlanner) and (self.sla.ttft_ms is None and self.sla.itl_ms is None):
                 raise ValueError("the sla planner needs sla.ttft_ms or sla.itl_ms")
 
+    def _resolve_hardware(self) -> None:
+        """Fill ``num_gpu_blocks`` and the link's ``kv_bytes_per_token`` left unset: from the
+        roofline latency model's model and GPU, else the reference's defaults; a pool's
+        ``tensor_parallel_size`` (GPU accounting) follows its latency model's."""
+        resolved = {}
+        models = []
+        for name, pool in self.pools.named():
+            lat = pool.latency or self.latency
+            roofline = isinstance(lat, _Deployment)
+            if roofline:
+                models.append(lat)
+            if pool.num_gpu_blocks is None:
+                blocks = lat.num_gpu_blocks(pool.block_size) if roofline else DEFAULT_NUM_GPU_BLOCKS
+                pool = attrs.evolve(pool, num_gpu_blocks=blocks)
+            tp = lat.tensor_parallel_size if roofline else pool.tensor_parallel_size
+            if tp != pool.tensor_parallel_size:  # GPU-hours count the model's TP
+                if pool.tensor_parallel_size != 1:
+                    raise ValueError(f"pools.{name}.tensor_parallel_size ({pool.tensor_parallel_size}) differs "
+                                     f"from its latency model's tensor_parallel_size ({tp})")
+                pool = attrs.evolve(pool, tensor_parallel_size=tp)
+            resolved[name] = pool
+        object.__setattr__(self, "pools", attrs.evolve(self.pools, **resolved))
+        if self.link is not None and self.link.kv_bytes_per_token is None:
+            kv = models[-1].kv_bytes_per_token() if models else 131072
+            object.__setattr__(self, "link", attrs.evolve(self.link, kv_bytes_per_token=kv))
+
     @property
     def mode(self) -> str:
         return self.pools.mode
@@ -730,7 +880,8 @@ _UNIONS: dict[Any, dict[str, type]] = {
     ArrivalSpec: {"poisson": PoissonArrival, "gamma": GammaArrival, "constant": ConstantArrival,
                   "piecewise": PiecewiseArrival, "diurnal": DiurnalArrival},
     WorkloadSpec: {"synthetic": SyntheticWorkload, "trace": TraceWorkload},
-    LatencySpec: {"polynomial": PolynomialLatency, "constant": ConstantLatency},
+    LatencySpec: {"polynomial": PolynomialLatency, "constant": ConstantLatency,
+                  "roofline": RooflineLatency, "table": TableLatency, "aic": AicLatency},
     RouterSpec: {"round_robin": RoundRobinRouter, "least_loaded": LeastLoadedRouter,
                  "kv_aware": KvAwareRouter, "session_affinity": SessionAffinityRouter,
                  "python": PythonRouter},
@@ -754,6 +905,10 @@ def _kind_hook(kinds: dict[str, type]):
         if not isinstance(value, dict):
             raise TypeError(f"expected a mapping with a 'kind' (one of: {expected}), got {_describe(value)}")
         kind = value.get("kind")
+        if kind in ("roofline", "aic"):
+            for alias, name in _LATENCY_ALIASES.items():
+                if alias in value and name not in value:
+                    value = {(name if k == alias else k): v for k, v in value.items()}
         if kind not in kinds:
             if "kind" not in value:
                 raise UnknownKind(f"missing 'kind' (expected one of: {expected})")
@@ -824,6 +979,14 @@ converter = _make_converter()
 converter.register_structure_hook_factory(attrs.has, _mapping_factory)
 for _union, _kinds in _UNIONS.items():
     converter.register_structure_hook(_union, _kind_hook(_kinds))
+_latency_hook = _kind_hook(_UNIONS[LatencySpec])
+converter.register_structure_hook(Optional[LatencySpec], lambda v, t: None if v is None else _latency_hook(v, t))
+# model-on-GPU latency specs: ``kind`` first in dumps (attrs puts base-class fields first)
+converter.register_unstructure_hook_func(
+    lambda t: isinstance(t, type) and issubclass(t, _Deployment) and t is not _Deployment,
+    lambda spec: {"kind": spec.kind, **{a.name: getattr(spec, a.name) for a in attrs.fields(type(spec))
+                                        if a.name != "kind"}},
+)
 converter.register_unstructure_hook(
     PoolsSpec,
     lambda pools: {name: converter.unstructure(spec) for name, spec in pools.named()},
@@ -1024,6 +1187,14 @@ def _resolve_workload_path(data: dict, base_dir: str) -> None:
     for node in (wl, wl.get("input_tokens"), wl.get("output_tokens")):
         if isinstance(node, dict) and isinstance(node.get("path"), str) and node["path"]:
             node["path"] = os.path.normpath(os.path.join(base_dir, os.path.expanduser(node["path"])))
+    pools = data.get("pools") if isinstance(data.get("pools"), dict) else {}
+    for lat in [data.get("latency")] + [p.get("latency") for p in pools.values() if isinstance(p, dict)]:
+        if not isinstance(lat, dict):
+            continue
+        if isinstance(lat.get("model"), str) and lat["model"].endswith(".json"):
+            lat["model"] = os.path.normpath(os.path.join(base_dir, os.path.expanduser(lat["model"])))
+        if lat.get("kind") == "table" and isinstance(lat.get("path"), str) and lat["path"]:
+            lat["path"] = os.path.normpath(os.path.join(base_dir, os.path.expanduser(lat["path"])))
 
 
 def _default_search_path(data: dict, base_dir: str) -> None:

@@ -92,7 +92,8 @@ class Simulation:
         latencies = {}
         event_lag_s = getattr(scenario.router, "kv_event_lag_ms", 0.0) * S_PER_MS
         for index, (name, spec) in enumerate(scenario.pools.named()):
-            latency = latencies[name] = make_latency_model(scenario.latency, spec.num_gpu_blocks * spec.block_size)
+            latency = latencies[name] = make_latency_model(spec.latency or scenario.latency,
+                                                                 spec.num_gpu_blocks * spec.block_size)
             sink = self.link.send if name == "prefill" else None
 
             def make_worker(wid, name=name, spec=spec, latency=latency, sink=sink, entry=name == entry_name):

@@ -66,6 +66,17 @@ STALL_PASSES = 10_000
 HandoffSink = Callable[[Handoff, "Worker"], None]
 
 
+def prefill_attention_pairs(batch) -> int:
+    """(query, key) pairs the pass's prefill chunks attend to: a chunk of n tokens after p
+    computed ones contributes n p + n (n + 1) / 2 (causal). For latency models that ask for it
+    (``needs_prefill_attention``)."""
+    pairs = 0
+    for seq, n, is_prefill in batch.entries:
+        if is_prefill:
+            pairs += n * seq.computed + n * (n + 1) // 2
+    return pairs
+
+
 class Worker:
     """Worker ``wid`` of pool ``pool`` with ``role`` aggregated, prefill or decode."""
 
@@ -231,6 +242,7 @@ class Worker:
         """
         env, sched, inbox, probe = self.env, self.sched, self.inbox, self.probe
         pass_time_s = self.latency.pass_time_s
+        pairs_wanted = getattr(self.latency, "needs_prefill_attention", False)
         pool, wid = self.pool, self.wid
         prompt_pool = self.role != "decode"
         rank = self.rank
@@ -252,7 +264,11 @@ class Worker:
             for seq, cached in batch.admitted:
                 lookup = seq.prefill_target if prompt_pool else 0
                 probe.admitted(seq.rid, now, pool, wid, cached, lookup)
-            dt = pass_time_s(batch.prefill_tokens, batch.decode_requests, batch.decode_context_tokens)
+            if pairs_wanted and batch.prefill_tokens:
+                dt = pass_time_s(batch.prefill_tokens, batch.decode_requests, batch.decode_context_tokens,
+                                 prefill_attention_pairs(batch))
+            else:
+                dt = pass_time_s(batch.prefill_tokens, batch.decode_requests, batch.decode_context_tokens)
             if self.fast_forward:
                 k = sched.decode_run_length(batch)
                 if k > 1:

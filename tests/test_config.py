@@ -32,7 +32,7 @@ def test_every_problem_is_one_line_with_its_path():
     assert sorted(msgs) == sorted([
         "s.yaml: expected an integer, got 1.5 @ $.pools.prefill.block_size",
         "s.yaml: expected an integer, got '2' @ $.pools.decode.workers",
-        "s.yaml: unknown kind 'quadratic' (expected one of: constant, polynomial) @ $.latency",
+        "s.yaml: unknown kind 'quadratic' (expected one of: aic, constant, polynomial, roofline, table) @ $.latency",
         "s.yaml: unknown field(s) weight @ $.router",
     ])
 

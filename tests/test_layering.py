@@ -9,8 +9,8 @@ from conftest import REPO
 
 LAYERS = {
     "units": 0, "rng": 0,
-    "config": 1, "request": 1, "records": 1,
-    "trace": 2, "spool": 2, "engine": 2, "kvcache": 2, "scheduler": 2,
+    "config": 1, "request": 1, "records": 1, "hardware": 1,
+    "trace": 2, "spool": 2, "engine": 2, "aic": 2, "kvcache": 2, "scheduler": 2,
     "probe": 3, "messages": 3, "source": 3, "worker": 3, "link": 3, "router": 3, "collector": 3,
     "pool": 3, "planner": 3, "plugins": 1,
     "sim": 4,

@@ -1,0 +1,254 @@
+"""Fit the roofline model's efficiencies and overheads per GPU; writes simkit/data/calibration.json.
+
+    python benchmarks/calibrate_roofline.py [--vidur ../shared/data/vidur_profiling]
+                                            [--silicon PATH/silicon_sample.csv] [--dry-run]
+
+Data (none of it is scored by benchmarks/silicon_accuracy.py except as stated):
+
+1. GEMM and elementwise ops: Vidur's per-layer operator medians (microsoft/vidur, MIT;
+   ``../shared/data/vidur_profiling/{a100,h100}_llama2_*_mlp.csv``): QKV, O, MLP up and down
+   projections plus norms, rotary, activation and residual adds of one layer, for 1..4096
+   tokens at TP 1/2/4/8. Fits ``gemm_compute_eff``, ``gemm_memory_eff`` and the per-layer
+   fixed time ``layer_overhead_us`` (least squares on log time, scipy).
+2. Attention: ``a100_llama2_70b_tp2_attention.csv`` (prefill by chunk and context, decode by
+   batch and context). Fits ``attention_compute_eff`` and ``attention_memory_eff`` (A100; the
+   other GPUs take the A100 fractions: Vidur has no attention table for them).
+3. All-reduce: ``{a100,h100}_dgx_all_reduce.csv`` (message bytes x GPUs). Fits ``comm_eff``
+   and ``allreduce_latency_us``.
+4. Fixed overheads: the calibration subset of aiconfigurator-core's ``silicon_sample.csv``,
+   the rows whose ``silicon_rows.calibration_row(id)`` is true (SHA-256 of the row id, one in
+   four). Each is simulated exactly as benchmarks/silicon_accuracy.py simulates a row, with
+   both overheads 0; ``layer_overhead_us`` and ``pass_overhead_ms`` are the least-squares
+   fit of the measured TPOT (log), per GPU (on dense-model rows when there are at least 10)
+   and per (GPU, backend) with at least 8 rows (``backends``; used when a scenario names its
+   ``backend``). Vidur's per-layer fixed time (kernels timed one by one, no CUDA graphs) is
+   kept as ``vidur_layer_overhead_us`` for reference. benchmarks/silicon_accuracy.py scores
+   only the other rows.
+
+GPUs without Vidur tables (H200, B200, GB200, B300, L40S) take the H100 efficiencies (H200 is
+the same Hopper die; for the others it is an assumption, stated in each entry's ``source``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import least_squares
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from silicon_rows import (SILICON_GPUS, SILICON_MODELS, calibration_row, concurrency, find_silicon,  # noqa: E402
+                          load_rows, simulate_row, skip_reason)
+
+from simkit import hardware  # noqa: E402
+from simkit.config import ConfigError, RooflineLatency  # noqa: E402
+from simkit.engine import RooflineModel  # noqa: E402
+from simkit.hardware import Calibration, ModelArch, gpu_names, load_gpu, load_model  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "simkit" / "data" / "calibration.json"
+GEMM_OPS = ["attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj"]
+ELEMENTWISE_OPS = ["input_layernorm", "attn_rope", "post_attention_layernorm", "mlp_act", "add"]
+
+
+def _med(df: pd.DataFrame, op: str) -> np.ndarray:
+    return df[f"time_stats.{op}.median"].fillna(0.0).to_numpy()
+
+
+def _arch(row: pd.Series, layers: int = 1) -> ModelArch:
+    h, nh = int(row["n_embd"]), int(row["n_head"] if "n_head" in row else row["n_q_head"])
+    return ModelArch(name="vidur", num_layers=layers, hidden_size=h, num_heads=nh,
+                     num_kv_heads=int(row["n_kv_head"]), head_dim=h // nh,
+                     intermediate_size=int(row.get("n_expanded_embd", 4 * h)), vocab_size=32000)
+
+
+def _model(gpu: str, arch: ModelArch, tp: int, cal: Calibration) -> RooflineModel:
+    spec = RooflineLatency(model="Llama-3.1-8B", gpu=gpu, tensor_parallel_size=tp)
+    return RooflineModel(spec, arch=arch, calibration=cal)
+
+
+def _op_time(model: RooflineModel, names: tuple, *args) -> float:
+    return sum(op.time_s for op in model.breakdown(*args) if op.name in names)
+
+
+def fit_gemm(gpu: str, files: list[Path]) -> dict:
+    df = pd.concat([pd.read_csv(f) for f in files], ignore_index=True)
+    measured_s = (sum(_med(df, op) for op in GEMM_OPS + ELEMENTWISE_OPS) + _med(df, "add")) * 1e-3
+    rows = df.to_dict("records")
+    archs = [_arch(pd.Series(r)) for r in rows]
+
+    def predict(x):
+        cal = Calibration(gemm_compute_eff=x[0], gemm_memory_eff=x[1], layer_overhead_us=x[2],
+                          pass_overhead_ms=0.0)
+        return np.array([_op_time(_model(gpu, a, int(r["num_tensor_parallel_workers"]), cal),
+                                  ("gemm", "elementwise", "overhead"), int(r["num_tokens"]), 0, 0, 0)
+                         for a, r in zip(archs, rows)])
+
+    res = least_squares(lambda x: np.log(predict(x) / measured_s), x0=[0.6, 0.7, 20.0],
+                        bounds=([0.05, 0.05, 0.0], [1.0, 1.0, 500.0]))
+    ape = np.abs(predict(res.x) / measured_s - 1)
+    return {"gemm_compute_eff": round(res.x[0], 4), "gemm_memory_eff": round(res.x[1], 4),
+            "layer_overhead_us": round(res.x[2], 2),
+            "fit_gemm": f"{len(rows)} Vidur rows, median |rel err| {np.median(ape):.3f}"}
+
+
+def fit_attention(gpu: str, path: Path) -> dict:
+    df = pd.read_csv(path)
+    df = df[df["time_stats.attn_prefill.median"].notna() | df["time_stats.attn_decode.median"].notna()]
+    rows = df.to_dict("records")
+    tp = int(rows[0]["num_tensor_parallel_workers"])
+    arch = _arch(pd.Series(rows[0]))
+    measured_s, shapes = [], []
+    for r in rows:
+        b, kv = int(r["batch_size"]), int(r["kv_cache_size"])
+        if r["is_prefill"] and r["prefill_chunk_size"] > 0:
+            n = int(r["prefill_chunk_size"])
+            pairs = b * (n * kv + n * (n + 1) // 2)
+            shapes.append(("attention_prefill", b * n, 0, 0, pairs))
+            measured_s.append(r["time_stats.attn_prefill.median"] * 1e-3)
+        elif not r["is_prefill"]:
+            shapes.append(("attention_decode", 0, b, b * (kv + 1), 0))
+            measured_s.append(r["time_stats.attn_decode.median"] * 1e-3)
+    measured = np.array(measured_s)
+    keep = measured > 0
+    shapes = [s for s, k in zip(shapes, keep) if k]
+    measured = measured[keep]
+
+    def predict(x):
+        cal = Calibration(attention_compute_eff=x[0], attention_memory_eff=x[1])
+        m = _model(gpu, arch, tp, cal)
+        return np.array([_op_time(m, (name,), *args) for name, *args in shapes]) + x[2] * 1e-6
+
+    res = least_squares(lambda x: np.log(predict(x) / measured), x0=[0.5, 0.6, 10.0],
+                        bounds=([0.02, 0.02, 0.0], [1.0, 1.0, 200.0]))
+    ape = np.abs(predict(res.x) / measured - 1)
+    return {"attention_compute_eff": round(res.x[0], 4), "attention_memory_eff": round(res.x[1], 4),
+            "attention_launch_us": round(res.x[2], 2),
+            "fit_attention": f"{len(measured)} Vidur rows (A100, Llama-2-70B TP2), median |rel err| {np.median(ape):.3f}"}
+
+
+def fit_allreduce(gpu: str, path: Path) -> dict:
+    df = pd.read_csv(path)
+    df = df[df["devices_per_node"] == df["num_workers"]]  # one node, NVLink (the engine's case)
+    g = load_gpu(gpu)
+    t = df["num_workers"].to_numpy(float)
+    nbytes = df["size"].to_numpy(float)
+    measured = df["time_stats.all_reduce.median"].to_numpy() * 1e-3
+
+    def predict(x):  # the engine's formula: latency + 2 (t-1)/t bytes / (link * eff)
+        return x[1] * 1e-6 + 2 * (t - 1) / t * nbytes / (g.intra_node_gb_per_s * 1e9 * x[0])
+
+    res = least_squares(lambda x: np.log(predict(x) / measured), x0=[0.7, 10.0],
+                        bounds=([0.05, 0.0], [1.5, 500.0]))
+    ape = np.abs(predict(res.x) / measured - 1)
+    return {"comm_eff": round(res.x[0], 4), "allreduce_latency_us": round(res.x[1], 2),
+            "fit_allreduce": f"{len(df)} Vidur rows, median |rel err| {np.median(ape):.3f}"}
+
+
+def fit_overheads(silicon: Path, max_concurrency: int = 256) -> dict:
+    """Fixed overheads from the calibration rows of silicon_sample.csv, by simulation.
+
+    Each calibration row is simulated as silicon_accuracy.py does, with both overheads 0; in
+    the lockstep closed loop a decode token costs one pass, so the simulated TPOT grows by
+    ``layers * layer_overhead_us + pass_overhead_ms`` with them. Least squares on log TPOT
+    gives both per GPU (dense-model rows when there are at least 10) and per (GPU, backend)
+    with at least 8 rows. Returns {gpu: {"all": fit, backend: fit, ...}}, a fit being
+    (layer_overhead_us, pass_overhead_ms, rows, median |rel err| of TPOT).
+    """
+    zero = {"layer_overhead_us": 0.0, "pass_overhead_ms": 0.0}
+    samples: dict[str, list] = {}
+    for row in load_rows(silicon):
+        if not calibration_row(row["id"]) or skip_reason(row):
+            continue
+        conc = concurrency(row)
+        if conc > max_concurrency or row["osl"] < 2:
+            continue
+        try:
+            _, tpot0 = simulate_row(row, conc, zero)
+        except ConfigError:  # does not fit in memory
+            continue
+        arch = load_model(SILICON_MODELS[row["model_path"]])
+        samples.setdefault(SILICON_GPUS[row["system"]], []).append(
+            (row["backend"], arch.is_moe, tpot0, arch.num_layers, row["silicon_tpot_ms"]))
+
+    def fit(items):
+        base, layers, measured = (np.array([it[k] for it in items], float) for k in (2, 3, 4))
+
+        def predict(x):
+            return base + layers * x[0] * 1e-3 + x[1]
+
+        res = least_squares(lambda x: np.log(predict(x) / measured), x0=[10.0, 1.0],
+                            bounds=([0.0, 0.0], [500.0, 100.0]))
+        ape = np.abs(predict(res.x) / measured - 1)
+        return round(res.x[0], 2), round(res.x[1], 3), len(items), float(np.median(ape))
+
+    out = {}
+    for gpu, items in samples.items():
+        # MoE rows mix in expert and attention-DP parallelism the engine approximates
+        dense = [it for it in items if not it[1]]
+        fits = {"all": fit(dense if len(dense) >= 10 else items)}
+        for backend in sorted({it[0] for it in items}):
+            mine = [it for it in items if it[0] == backend]
+            dense = [it for it in mine if not it[1]]
+            if len(mine) >= 8:
+                fits[backend] = fit(dense if len(dense) >= 8 else mine)
+        out[gpu] = fits
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--vidur", default=str(ROOT.parent / "shared" / "data" / "vidur_profiling"))
+    ap.add_argument("--silicon", default=None, help="silicon_sample.csv (default: the installed aiconfigurator_core's, or /tmp/aic)")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="print, do not write calibration.json (the overhead fit then simulates with the "
+                         "efficiencies already in it)")
+    args = ap.parse_args()
+    vidur = Path(args.vidur)
+    fitted: dict[str, dict] = {}
+    attention = fit_attention("A100", vidur / "a100_llama2_70b_tp2_attention.csv")
+    for gpu, prefix in (("A100", "a100"), ("H100", "h100")):
+        entry = fit_gemm(gpu, sorted(vidur.glob(f"{prefix}_llama2_*_mlp.csv")))
+        entry.update(fit_allreduce(gpu, vidur / f"{prefix}_dgx_all_reduce.csv"))
+        entry.update({k: attention[k] for k in ("attention_compute_eff", "attention_memory_eff")})
+        entry["fit_attention"] = attention["fit_attention"]
+        entry["source"] = f"fit on Vidur {prefix} operator tables (benchmarks/calibrate_roofline.py)"
+        fitted[gpu] = entry
+    for gpu in gpu_names():
+        if gpu not in fitted:
+            fitted[gpu] = {**fitted["H100"], "source": "H100's fitted efficiencies (no Vidur tables for "
+                           f"{gpu}; an assumption)"}
+    silicon = Path(args.silicon) if args.silicon else find_silicon()
+    if not args.dry_run:  # the overhead fit simulates with the efficiencies just fitted
+        OUT.write_text(json.dumps({**fitted, "default": fitted["H100"]}, indent=1) + "\n")
+        hardware._calibration_table.cache_clear()
+    overheads = fit_overheads(silicon) if silicon else {}
+    pooled = (float(np.median([f["all"][0] for f in overheads.values()])),
+              float(np.median([f["all"][1] for f in overheads.values()]))) if overheads else (10.0, 1.0)
+    for gpu, entry in fitted.items():
+        entry["vidur_layer_overhead_us"] = entry["layer_overhead_us"]
+        fits = overheads.get(gpu)
+        if fits:
+            layer_us, pass_ms, n, ape = fits["all"]
+            note = f"{n} calibration rows of silicon_sample.csv, median |rel err| of TPOT {ape:.3f}"
+            entry["backends"] = {b: {"layer_overhead_us": f[0], "pass_overhead_ms": f[1],
+                                     "fit": f"{f[2]} calibration rows, median |rel err| of TPOT {f[3]:.3f}"}
+                                 for b, f in fits.items() if b != "all"}
+        else:
+            (layer_us, pass_ms), note = pooled, "median of the other GPUs' fits (no calibration rows)"
+        entry.update(layer_overhead_us=layer_us, pass_overhead_ms=pass_ms, fit_overheads=note)
+    fitted["default"] = {**fitted["H100"], "source": "H100 fit (GPU given by a path or unknown)"}
+    out = {gpu: {k: v for k, v in e.items()} for gpu, e in fitted.items()}
+    text = json.dumps(out, indent=1) + "\n"
+    print(text)
+    if not args.dry_run:
+        OUT.write_text(text)
+        print(f"wrote {OUT}")
+
+
+if __name__ == "__main__":
+    main()

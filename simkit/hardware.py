@@ -1,0 +1,457 @@
+"""Model architectures (from Hugging Face ``config.json``) and GPU specs, from package data.
+
+``load_model(name_or_path)`` reads a shipped config (``Llama-3.1-8B``, ``Llama-3.1-70B``,
+``Qwen3-32B``, ``Qwen3-235B-A22B``, ``gpt-oss-120b``, ``DeepSeek-V3``; see
+``simkit/data/NOTICE.md`` for their source) or any ``config.json`` path, into a frozen
+:class:`ModelArch`. ``load_gpu(name)`` returns a :class:`GpuSpec` (A100, H100, H200, B200,
+GB200, B300, L40S) with dense tensor-core TFLOPS per precision, HBM bandwidth and capacity and
+interconnect figures from aiconfigurator-core's ``systems/*.yaml`` (Apache-2.0).
+``load_calibration(gpu)`` returns the fitted efficiencies and overheads of
+``simkit/data/calibration.json`` (``benchmarks/calibrate_roofline.py``).
+
+Parameter and KV sizes follow the architectures' definitions: grouped-query attention
+(Llama, Qwen), gated (SwiGLU) MLPs of three ``hidden x intermediate`` matrices, mixture of
+experts (routed experts, experts per token, shared experts, leading dense layers: DeepSeek-V3's
+``first_k_dense_replace``), multi-head latent attention (MLA, DeepSeek-V2/V3: the KV cache
+holds ``kv_lora_rank + qk_rope_head_dim`` values per token and layer) and sliding-window
+layers (gpt-oss ``layer_types``).
+
+Layer L1: reads only package data and the config.json a scenario names (json; no simulation).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from functools import lru_cache
+from importlib import resources
+from typing import Optional
+from attrs import frozen
+
+__all__ = ["ModelArch", "GpuSpec", "Calibration", "PRECISION_BYTES", "HardwareError",
+           "load_model", "load_gpu", "load_calibration", "model_names", "gpu_names",
+           "weights_bytes", "arch_from_config", "kv_shard_fraction", "kv_capacity_blocks", "PassTable", "load_pass_table",
+           "AIC_MODEL_PATHS", "aic_model_path", "aic_system"]
+
+#: bytes per weight or KV value. fp4 is NVFP4: 4 bits plus one fp8 scale per 16 values
+#: (NVIDIA, "Introducing NVFP4", 2025): 0.5 + 1/16 bytes.
+PRECISION_BYTES = {"bf16": 2.0, "fp8": 1.0, "fp4": 0.5625}
+
+
+class HardwareError(ValueError):
+    """An unknown model or GPU name, an unreadable or unsupported config.json."""
+
+
+def _data_dir():
+    return resources.files("simkit") / "data"
+
+
+@lru_cache(maxsize=None)
+def _model_files() -> dict[str, str]:
+    return {p.name[:-5].lower(): p.name[:-5] for p in (_data_dir() / "models").iterdir()
+            if p.name.endswith(".json")}
+
+
+def model_names() -> list[str]:
+    """The shipped model names, sorted."""
+    return sorted(_model_files().values())
+
+
+@frozen
+class ModelArch:
+    """A decoder-only transformer's shape, as its config.json gives it.
+
+    Counts are per model (all layers, all heads); :meth:`params` gives parameter counts.
+    ``num_experts == 0`` means dense; ``kv_lora_rank > 0`` means MLA attention.
+    """
+
+    name: str
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int  #: dense MLP width (dense layers of a MoE model too)
+    vocab_size: int
+    tie_word_embeddings: bool = False
+    num_experts: int = 0  #: routed experts per MoE layer
+    experts_per_token: int = 0
+    moe_intermediate_size: int = 0
+    num_shared_experts: int = 0
+    num_dense_layers: int = 0  #: leading layers with a dense MLP in a MoE model
+    q_lora_rank: int = 0  #: MLA; 0 = full-rank query projection
+    kv_lora_rank: int = 0  #: MLA latent KV width; 0 = not MLA
+    qk_rope_head_dim: int = 0
+    qk_nope_head_dim: int = 0
+    v_head_dim: int = 0
+    sliding_window: int = 0  #: tokens a sliding-window layer attends to (0 = none)
+    num_sliding_layers: int = 0
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
+    def num_moe_layers(self) -> int:
+        return self.num_layers - self.num_dense_layers if self.is_moe else 0
+
+    def attention_params(self) -> int:
+        """Weights of one layer's attention projections (Q, K, V, O or MLA's low-rank set)."""
+        h, nh = self.hidden_size, self.num_heads
+        if self.is_mla:
+            qk = self.qk_nope_head_dim + self.qk_rope_head_dim
+            q = (h * self.q_lora_rank + self.q_lora_rank * nh * qk) if self.q_lora_rank else h * nh * qk
+            kv = h * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank * nh * (
+                self.qk_nope_head_dim + self.v_head_dim)
+            return q + kv + nh * self.v_head_dim * h
+        return h * (nh + 2 * self.num_kv_heads) * self.head_dim + nh * self.head_dim * h
+
+    def dense_mlp_params(self) -> int:
+        """Weights of one dense gated MLP: gate, up and down, 3 * hidden * intermediate."""
+        return 3 * self.hidden_size * self.intermediate_size
+
+    def expert_params(self) -> int:
+        """Weights of one expert (gated MLP of ``moe_intermediate_size``)."""
+        return 3 * self.hidden_size * self.moe_intermediate_size
+
+    def params(self) -> dict[str, int]:
+        """Parameter counts: ``attention``, ``dense_mlp``, ``experts`` (routed, all layers),
+        ``shared_experts``, ``router``, ``embedding`` (input and output), ``total`` and
+        ``active`` (per token: attention + dense + k routed + shared + router + embedding)."""
+        L, moe = self.num_layers, self.num_moe_layers
+        emb = self.vocab_size * self.hidden_size * (1 if self.tie_word_embeddings else 2)
+        out = {
+            "attention": L * self.attention_params(),
+            "dense_mlp": (L - moe) * self.dense_mlp_params(),
+            "experts": moe * self.num_experts * self.expert_params(),
+            "shared_experts": moe * self.num_shared_experts * self.expert_params(),
+            "router": moe * self.hidden_size * self.num_experts,
+            "embedding": emb,
+        }
+        out["total"] = sum(out.values())
+        out["active"] = out["total"] - out["experts"] + moe * self.experts_per_token * self.expert_params()
+        return out
+
+    def kv_values_per_token_layer(self) -> int:
+        """KV-cache values one token stores in one layer: 2 * KV heads * head dim (K and V),
+        or ``kv_lora_rank + qk_rope_head_dim`` for MLA (one shared latent)."""
+        if self.is_mla:
+            return self.kv_lora_rank + self.qk_rope_head_dim
+        return 2 * self.num_kv_heads * self.head_dim
+
+    def kv_bytes_per_token(self, kv_precision: str = "bf16") -> int:
+        """KV-cache bytes one token occupies over all layers (whole model, before TP).
+        Llama-3.1-8B bf16: 2 * 8 * 128 * 32 layers * 2 B = 131,072."""
+        return int(self.kv_values_per_token_layer() * self.num_layers * PRECISION_BYTES[kv_precision])
+
+
+def _get(cfg: dict, *keys: str, default=None):
+    for key in keys:
+        if cfg.get(key) is not None:
+            return cfg[key]
+    return default
+
+
+def arch_from_config(cfg: dict, name: str) -> ModelArch:
+    """A :class:`ModelArch` from a parsed config.json.
+
+    Raises:
+        HardwareError: a required field is missing (names the field).
+    """
+    if isinstance(cfg.get("text_config"), dict):  # multimodal wrappers keep the LM here
+        cfg = {**cfg, **cfg["text_config"]}
+    missing = [k for k in ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size")
+               if not isinstance(cfg.get(k), int)]
+    if missing:
+        raise HardwareError(f"{name}: config.json lacks {', '.join(missing)}")
+    h, nh = cfg["hidden_size"], cfg["num_attention_heads"]
+    layers = cfg["num_hidden_layers"]
+    experts = _get(cfg, "num_experts", "n_routed_experts", "num_local_experts", default=0) or 0
+    layer_types = cfg.get("layer_types") or []
+    dense = 0
+    if experts:
+        dense = _get(cfg, "first_k_dense_replace", default=0)
+        dense += len(cfg.get("mlp_only_layers") or [])
+    return ModelArch(
+        name=name,
+        num_layers=layers,
+        hidden_size=h,
+        num_heads=nh,
+        num_kv_heads=_get(cfg, "num_key_value_heads", default=nh),
+        head_dim=_get(cfg, "head_dim", default=h // nh),
+        intermediate_size=_get(cfg, "intermediate_size", default=4 * h),
+        vocab_size=cfg["vocab_size"],
+        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        num_experts=experts,
+        experts_per_token=_get(cfg, "num_experts_per_tok", "experts_per_token", default=0) if experts else 0,
+        moe_intermediate_size=_get(cfg, "moe_intermediate_size", "intermediate_size", default=0) if experts else 0,
+        num_shared_experts=_get(cfg, "n_shared_experts", default=0) if experts else 0,
+        num_dense_layers=dense,
+        q_lora_rank=_get(cfg, "q_lora_rank", default=0),
+        kv_lora_rank=_get(cfg, "kv_lora_rank", default=0),
+        qk_rope_head_dim=_get(cfg, "qk_rope_head_dim", default=0),
+        qk_nope_head_dim=_get(cfg, "qk_nope_head_dim", default=0),
+        v_head_dim=_get(cfg, "v_head_dim", default=0),
+        sliding_window=_get(cfg, "sliding_window", default=0) if layer_types else 0,
+        num_sliding_layers=sum(t == "sliding_attention" for t in layer_types),
+    )
+
+
+@lru_cache(maxsize=64)
+def load_model(name_or_path: str) -> ModelArch:
+    """A shipped model by name (case-insensitive) or a config.json by path.
+
+    Raises:
+        HardwareError: unknown name (the message lists the known names), unreadable or
+            incomplete file.
+    """
+    key = name_or_path.lower()
+    files = _model_files()
+    if key in files:
+        name = files[key]
+        text = (_data_dir() / "models" / f"{name}.json").read_text()
+    elif name_or_path.endswith(".json") or os.sep in name_or_path:
+        name = os.path.basename(name_or_path)
+        try:
+            with open(name_or_path, encoding="utf-8") as f:
+                text = f.read()
+        except OSError as exc:
+            raise HardwareError(f"cannot read model config {name_or_path}: {exc.strerror}") from None
+    else:
+        raise HardwareError(f"unknown model {name_or_path!r} (expected one of: "
+                            f"{', '.join(model_names())}, or a path to a config.json)")
+    try:
+        cfg = json.loads(text)
+    except ValueError as exc:
+        raise HardwareError(f"{name_or_path}: not JSON: {exc}") from None
+    if not isinstance(cfg, dict):
+        raise HardwareError(f"{name_or_path}: expected a JSON object")
+    return arch_from_config(cfg, name)
+
+
+@frozen
+class GpuSpec:
+    """One GPU's capabilities (aiconfigurator-core ``systems/*.yaml``; dense, not sparse,
+    tensor-core TFLOPS)."""
+
+    name: str
+    memory_bytes: int
+    hbm_gb_per_s: float
+    dense_tflops: dict  #: precision -> dense TFLOPS (bf16 always; fp8, fp4 where supported)
+    gpus_per_node: int
+    intra_node_gb_per_s: float  #: per GPU, one direction (NVLink; PCIe on L40S)
+    inter_node_gb_per_s: float
+    p2p_latency_us: float
+    source: str
+
+    def tflops(self, precision: str) -> float:
+        """Dense TFLOPS for GEMMs with ``precision`` weights: the fastest tensor-core format the
+        GPU has at or above that precision (fp4 weights on an H100 run at its fp8 rate, fp8 on
+        an A100 at bf16: weight-only quantisation)."""
+        for p in {"fp4": ("fp4", "fp8", "bf16"), "fp8": ("fp8", "bf16")}.get(precision, ("bf16",)):
+            if p in self.dense_tflops:
+                return float(self.dense_tflops[p])
+        return float(self.dense_tflops["bf16"])
+
+
+@lru_cache(maxsize=None)
+def _gpus() -> dict:
+    return json.loads((_data_dir() / "gpus.json").read_text())
+
+
+def gpu_names() -> list[str]:
+    """The shipped GPU names."""
+    return list(_gpus())
+
+
+def _lookup(table: dict, name: str, what: str) -> str:
+    for key in table:
+        if key.lower() == name.lower() or table[key].get("aic_system") == name.lower():
+            return key
+    raise HardwareError(f"unknown {what} {name!r} (expected one of: {', '.join(table)})")
+
+
+#: shipped model -> the Hugging Face id aiconfigurator-core knows it by (its model_configs/)
+AIC_MODEL_PATHS = {
+    "Llama-3.1-8B": "meta-llama/Meta-Llama-3.1-8B", "Llama-3.1-70B": "meta-llama/Meta-Llama-3.1-70B",
+    "Qwen3-32B": "Qwen/Qwen3-32B", "Qwen3-235B-A22B": "Qwen/Qwen3-235B-A22B",
+    "gpt-oss-120b": "openai/gpt-oss-120b", "DeepSeek-V3": "deepseek-ai/DeepSeek-V3",
+}
+
+
+def aic_model_path(model: str) -> str:
+    """The aiconfigurator-core model id of a shipped model name.
+
+    Raises:
+        HardwareError: not a shipped model (a config.json path has no aiconfigurator data).
+    """
+    key = _model_files().get(model.lower())
+    if key not in AIC_MODEL_PATHS:
+        raise HardwareError(f"the aic latency model needs a shipped model name "
+                            f"({', '.join(AIC_MODEL_PATHS)}), got {model!r}")
+    return AIC_MODEL_PATHS[key]
+
+
+def aic_system(gpu: str) -> str:
+    """aiconfigurator-core's system name of a shipped GPU (``H100`` -> ``h100_sxm``)."""
+    return _gpus()[_lookup(_gpus(), gpu, "gpu")]["aic_system"]
+
+
+def load_gpu(name: str) -> GpuSpec:
+    """The shipped GPU ``name`` (case-insensitive; aiconfigurator's system names such as
+    ``h100_sxm`` also work).
+
+    Raises:
+        HardwareError: unknown name (the message lists the known names).
+    """
+    key = _lookup(_gpus(), name, "gpu")
+    row = {k: v for k, v in _gpus()[key].items() if k != "aic_system"}
+    return GpuSpec(name=key, **row)
+
+
+@frozen
+class Calibration:
+    """Roofline efficiencies (fractions of peak) and fixed overheads of one GPU."""
+
+    gemm_compute_eff: float = 0.7
+    gemm_memory_eff: float = 0.8
+    attention_compute_eff: float = 0.5
+    attention_memory_eff: float = 0.7
+    comm_eff: float = 0.7
+    allreduce_latency_us: float = 10.0
+    layer_overhead_us: float = 10.0
+    pass_overhead_ms: float = 2.0
+    source: str = "default (no fit for this GPU)"
+
+
+@lru_cache(maxsize=None)
+def _calibration_table() -> dict:
+    return json.loads((_data_dir() / "calibration.json").read_text())
+
+
+def load_calibration(gpu: str, backend: Optional[str] = None) -> Calibration:
+    """The fitted calibration of ``gpu`` from ``data/calibration.json``; GPUs without their
+    own fit take the entry named ``default`` (documented there). With ``backend`` (vllm,
+    sglang, trtllm) the fixed overheads fitted for that engine on that GPU replace the GPU's,
+    when the fit exists."""
+    table = _calibration_table()
+    entry = dict(table.get(gpu) or table["default"])
+    if backend is not None:
+        entry.update(entry.get("backends", {}).get(backend, {}))
+    fields = Calibration.__attrs_attrs__
+    return Calibration(**{f.name: entry[f.name] for f in fields if f.name in entry})
+
+
+def weights_bytes(arch: ModelArch, precision: str) -> float:
+    """Bytes of all weights: linear layers at ``precision``; embeddings, router and norms in
+    bf16 (quantised checkpoints keep them so)."""
+    p = arch.params()
+    linear = p["attention"] + p["dense_mlp"] + p["experts"] + p["shared_experts"]
+    return linear * PRECISION_BYTES[precision] + (p["embedding"] + p["router"]) * 2.0
+
+
+
+def kv_shard_fraction(arch: ModelArch, tp: int) -> float:
+    """Fraction of a token's KV one of ``tp`` ranks stores: KV heads split over ranks, each
+    rank holding at least one head (heads are replicated when KV heads < TP, as in vLLM); MLA's
+    single latent is replicated on every rank (vLLM's MLA backends)."""
+    if arch.is_mla:
+        return 1.0
+    return -(-arch.num_kv_heads // tp) / arch.num_kv_heads
+
+
+def kv_capacity_blocks(spec, block_size: int) -> int:
+    """KV blocks per worker of ``tensor_parallel_size`` GPUs, from memory (vLLM's sizing):
+
+        (GPU memory * gpu_memory_utilization - weights / TP - reserved) /
+        (block_size * KV bytes per token * kv_shard_fraction)
+
+    ``spec`` is a :class:`simkit.config.RooflineLatency`.
+
+    Raises:
+        ValueError: the weights and the reserve leave no room for one block (names the sizes).
+    """
+    arch, gpu = load_model(spec.model), load_gpu(spec.gpu)
+    tp = spec.tensor_parallel_size
+    weights = weights_bytes(arch, spec.precision) / tp
+    reserved = spec.reserved_memory_gib * 2**30
+    free = gpu.memory_bytes * spec.gpu_memory_utilization - weights - reserved
+    per_block = block_size * arch.kv_bytes_per_token(spec.kv_precision) * kv_shard_fraction(arch, tp)
+    blocks = int(free // per_block) if free > 0 else 0
+    if blocks < 1:
+        raise ValueError(
+            f"{arch.name} ({spec.precision}) does not fit on {gpu.name} at TP {tp}: weights "
+            f"{weights / 1e9:.1f} GB + reserve {reserved / 1e9:.1f} GB per GPU leave "
+            f"{max(free, 0) / 1e9:.1f} GB of {gpu.memory_bytes * spec.gpu_memory_utilization / 1e9:.1f} GB "
+            f"usable, less than one KV block; raise tensor_parallel_size or lower the precision")
+    return blocks
+
+
+@frozen
+class PassTable:
+    """A measured per-pass latency table (``TableLatency``), split for interpolation.
+
+    ``prefill_tokens``/``prefill_ms``: the prefill-only rows, sorted; ``decode_requests`` x
+    ``decode_context_per_request`` grid (sorted axes) with ``decode_ms[i][j]``.
+    """
+
+    prefill_tokens: tuple
+    prefill_ms: tuple
+    decode_requests: tuple
+    decode_context_per_request: tuple
+    decode_ms: tuple
+
+
+def load_pass_table(path: str) -> PassTable:
+    """Read a per-pass CSV with header ``prefill_tokens,decode_requests,decode_context_tokens,pass_ms``.
+
+    Rows with ``decode_requests == 0`` are prefill-only passes (at least two distinct
+    ``prefill_tokens``); rows with ``prefill_tokens == 0`` are decode-only passes and must form
+    a full grid of ``decode_requests`` x context per request (``decode_context_tokens /
+    decode_requests``), at least 2 x 2. Mixed rows are not used.
+
+    Raises:
+        HardwareError: unreadable file, bad header or value (``PATH:LINE: reason``), or rows
+            that do not form the grids above.
+    """
+    import csv
+
+    want = ["prefill_tokens", "decode_requests", "decode_context_tokens", "pass_ms"]
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as f:
+            rows = list(csv.reader(f))
+    except OSError as exc:
+        raise HardwareError(f"cannot read pass table {path}: {exc.strerror}") from None
+    if not rows or [c.strip() for c in rows[0]] != want:
+        raise HardwareError(f"{path}:1: expected the header {','.join(want)}")
+    prefill: dict[int, float] = {}
+    decode: dict[tuple[int, float], float] = {}
+    for line, row in enumerate(rows[1:], start=2):
+        if not row or not "".join(row).strip():
+            continue
+        try:
+            n, r, c = (int(v) for v in row[:3])
+            ms = float(row[3])
+            if len(row) != 4 or min(n, r, c) < 0 or not ms > 0 or ms == float("inf"):
+                raise ValueError
+        except (ValueError, IndexError):
+            raise HardwareError(f"{path}:{line}: expected three integers >= 0 and a time > 0 in ms, "
+                                f"got {','.join(row)!r}") from None
+        if r == 0 and n > 0:
+            prefill[n] = ms
+        elif n == 0 and r > 0:
+            decode[(r, c / r)] = ms
+    if len(prefill) < 2:
+        raise HardwareError(f"{path}: needs prefill-only rows (decode_requests 0) at >= 2 prefill_tokens values")
+    reqs = sorted({k[0] for k in decode})
+    ctxs = sorted({k[1] for k in decode})
+    if len(reqs) < 2 or len(ctxs) < 2 or len(decode) != len(reqs) * len(ctxs):
+        raise HardwareError(f"{path}: decode-only rows must form a full grid of >= 2 decode_requests x "
+                            f">= 2 context tokens per request (got {len(decode)} rows, {len(reqs)} x {len(ctxs)})")
+    ns = sorted(prefill)
+    return PassTable(tuple(ns), tuple(prefill[n] for n in ns), tuple(reqs), tuple(ctxs),
+                     tuple(tuple(decode[(r, c)] for c in ctxs) for r in reqs))
