@@ -2,16 +2,23 @@
 
 Capacity is ``num_gpu_blocks`` blocks. Every block is in exactly one of three states:
 
-* free and anonymous (``free_anon``): holds nothing reusable;
-* free and cached (``lru``): holds a full prompt block whose identity key is known, hittable
-  by a later request until it is evicted (least recently freed first) to satisfy an allocation;
+* free and empty (``free_anon``): never used, or a freed partial block; allocations take
+  these first;
+* free and used before (``lru``): a block some request freed, queued least recently freed
+  first. One that holds a full prompt block (its identity key known) stays hittable by a later
+  request until an allocation takes it; a full one without identity (generated tokens) is queued
+  under a placeholder key. Allocations take the queue's head either way, as vLLM's single
+  free-block queue does (``vllm/v1/core/block_pool.py``, FreeKVCacheBlockQueue), so a freed
+  anonymous block ages in the queue like a cached one and cached blocks freed earlier are
+  evicted before it (measured on the reference: prefix hits then agree request by request);
 * in use: held by one or more running requests, with an identity (``ref`` counts holders) or
   without (``used_anon``: partial blocks, decode blocks, duplicates).
 
 So ``free_anon + len(lru) + len(ref) + used_anon == capacity`` at every step
 (:meth:`check`). A request holds a list of identity keys and a count of anonymous blocks;
-freeing returns keyed blocks to the LRU tail in reverse order, so a prompt's last blocks are
-evicted before its first ones (as vLLM's free-block queue does).
+freeing returns a request's blocks to the queue's tail in reverse block order (its anonymous
+tail blocks first, then its keyed blocks last to first), so a prompt's last blocks are evicted
+before its first ones (as vLLM's free-block queue does).
 
 Layer L2: pure bookkeeping, no SimPy. Deliberately not a SimPy ``Container``: admission is a
 scheduler decision made at a pass boundary, not a blocking wait (ARCHITECTURE.md 2.4).
@@ -23,6 +30,13 @@ from collections import OrderedDict
 from typing import Sequence
 
 __all__ = ["KvCache"]
+
+
+class _Placeholder:
+    """The free-queue entry of a freed block without identity: equal to nothing but itself,
+    so no prompt look-up can hit it."""
+
+    __slots__ = ()
 
 
 class KvCache:
@@ -122,9 +136,25 @@ class KvCache:
         self.used_anon -= len(taken)
         return taken
 
-    def release(self, keys: Sequence[int], anon: int) -> None:
-        """Free a request's blocks: ``keys`` it holds with identity, ``anon`` without."""
+    def release(self, keys: Sequence[int], anon: int, anon_full: int = 0) -> None:
+        """Free a request's blocks: ``keys`` it holds with identity and ``anon`` without, of
+        which ``anon_full`` are full blocks (generated tokens, or prompt blocks without hash ids).
+
+        Its full anonymous blocks (the tail of its block table) join the free queue first, then
+        its keyed blocks last to first; a keyed block still held by another request stays in
+        use. Its partial block, and every block when prefix caching is off, becomes free and
+        never-used again (the reference keeps only full blocks cached, measured: a request of
+        327 KV tokens leaves 5 cached blocks and 1 free one).
+        """
         ref, lru = self.ref, self.lru
+        if anon:
+            self.used_anon -= anon
+            if not self.prefix_caching:
+                anon_full = 0
+            if anon_full:
+                for _ in range(anon_full):
+                    lru[_Placeholder()] = None
+            self.free_anon += anon - anon_full
         for key in reversed(keys):
             count = ref[key]
             if count == 1:
@@ -132,8 +162,6 @@ class KvCache:
                 lru[key] = None
             else:
                 ref[key] = count - 1
-        self.used_anon -= anon
-        self.free_anon += anon
 
     def check(self) -> None:
         """Assert block conservation (for tests and ``--check``).

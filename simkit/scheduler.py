@@ -150,8 +150,13 @@ class VllmScheduler:
         seq.held.extend(taken)
         seq.anon -= len(taken)
 
+    def _free(self, seq: Seq) -> None:
+        """Release all of ``seq``'s blocks (its KV holds ``seq.computed`` tokens)."""
+        held, anon = seq.held, seq.anon
+        self.kv.release(held, anon, min(anon, max(0, seq.computed // self.block_size - len(held))))
+
     def _preempt(self, seq: Seq) -> None:
-        self.kv.release(seq.held, seq.anon)
+        self._free(seq)
         seq.held = []
         seq.anon = 0
         seq.computed = 0
@@ -279,7 +284,7 @@ class VllmScheduler:
             gone.update(id(s) for s in prefilled)
             self.running = [s for s in self.running if id(s) not in gone]
             for seq in finished:
-                self.kv.release(seq.held, seq.anon)
+                self._free(seq)
                 seq.held, seq.anon = [], 0
             for seq in prefilled:
                 self.held[seq.rid] = seq
@@ -355,12 +360,12 @@ class VllmScheduler:
             gone = {id(s) for s in finished}
             self.running = [s for s in self.running if id(s) not in gone]
             for seq in finished:
-                self.kv.release(seq.held, seq.anon)
+                self._free(seq)
                 seq.held, seq.anon = [], 0
         return rids, finished
 
     def release(self, rid: int) -> None:
         """Free the KV of a prefilled request once the handoff link has moved it."""
         seq = self.held.pop(rid)
-        self.kv.release(seq.held, seq.anon)
+        self._free(seq)
         seq.held, seq.anon = [], 0
