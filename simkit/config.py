@@ -353,10 +353,17 @@ WorkloadSpec = Union[SyntheticWorkload, TraceWorkload]
 class PolynomialLatency:
     """The reference's fixed per-pass polynomial (REFERENCE.md section 4, measured on
     ai-dynamo-runtime 1.6.1): P(n) for the prefill tokens of a pass plus D(a, C) for its
-    decode requests, divided by ``speedup_ratio``."""
+    decode requests, divided by ``speedup_ratio``.
+
+    ``prefill_tokens_from_batch_means`` reproduces a quirk of the reference: it prices a pass
+    of k prefilling requests at k * (integer mean of their prompt positions after the pass -
+    integer mean before it) tokens, up to k - 1 off the tokens the pass computes. A real
+    engine's cost follows the tokens computed (the default); set it true to agree with the
+    reference pass for pass (``scenarios/reference_*.yaml`` do)."""
 
     kind: Literal["polynomial"] = "polynomial"
     speedup_ratio: float = field(default=1.0, validator=_pos)
+    prefill_tokens_from_batch_means: bool = False
 
 
 @frozen

@@ -71,12 +71,15 @@ class Seq:
 class Batch:
     """One pass: ``entries`` of (seq, tokens, is_prefill) plus its latency-model shape."""
 
-    __slots__ = ("entries", "prefill_tokens", "decode_requests", "decode_context_tokens",
-                 "admitted", "preempted")
+    __slots__ = ("entries", "prefill_tokens", "prefill_requests", "prefill_start_tokens",
+                 "decode_requests", "decode_context_tokens", "admitted", "preempted")
 
     def __init__(self) -> None:
         self.entries: list[tuple[Seq, int, bool]] = []
         self.prefill_tokens = 0
+        self.prefill_requests = 0  #: requests computing prompt tokens in the pass
+        #: sum over them of the prompt tokens they had (computed or cached) before the pass
+        self.prefill_start_tokens = 0
         self.decode_requests = 0
         self.decode_context_tokens = 0
         self.admitted: list[tuple[Seq, int]] = []  #: (seq, cached prompt tokens) admitted now
@@ -198,6 +201,8 @@ class VllmScheduler:
             if is_prefill:
                 self._register(seq, computed // bs, computed + n)
                 batch.prefill_tokens += n
+                batch.prefill_requests += 1
+                batch.prefill_start_tokens += computed
             else:
                 batch.decode_requests += 1
                 batch.decode_context_tokens += computed + n
@@ -246,6 +251,8 @@ class VllmScheduler:
             if is_prefill:
                 self._register(seq, hits, start + n)
                 batch.prefill_tokens += n
+                batch.prefill_requests += 1
+                batch.prefill_start_tokens += start
             else:
                 self._register(seq, hits, seq.prompt_len)
                 batch.decode_requests += 1

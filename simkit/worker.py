@@ -200,7 +200,11 @@ class Worker:
             for seq, cached in batch.admitted:
                 lookup = seq.prefill_target if prompt_pool else 0
                 probe.admitted(seq.rid, now, pool, wid, cached, lookup)
-            dt = pass_time_s(batch.prefill_tokens, batch.decode_requests, batch.decode_context_tokens)
+            prefill_tokens = batch.prefill_tokens
+            if batch.prefill_requests > 1:
+                prefill_tokens = self.latency.priced_prefill_tokens(
+                    prefill_tokens, batch.prefill_requests, batch.prefill_start_tokens)
+            dt = pass_time_s(prefill_tokens, batch.decode_requests, batch.decode_context_tokens)
             if self.fast_forward:
                 k = sched.decode_run_length(batch)
                 if k > 1:
