@@ -400,6 +400,9 @@ class PoolSpec:
     max_model_len: Optional[int] = field(default=None, validator=_tokens)
     enable_prefix_caching: bool = True
     enable_chunked_prefill: bool = True
+    #: which running request gives up its KV under memory pressure: the newest (lifo, vLLM's
+    #: default) or the oldest (fifo)
+    preemption_mode: Literal["lifo", "fifo"] = "lifo"
 
 
 @frozen

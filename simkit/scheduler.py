@@ -5,9 +5,11 @@ Each forward pass (REFERENCE.md section 3, vLLM v1's scheduler):
 
 1. Running requests, oldest first, each take tokens from the budget
    ``max_num_batched_tokens``: one for a decode step, or the next prefill chunk
-   (``min(remaining prompt, budget left)``). If its new KV blocks do not fit, the newest
-   running request is preempted (its blocks freed, its progress recomputed later) until they
-   fit, possibly itself.
+   (``min(remaining prompt, budget left)``). If its new KV blocks do not fit, running requests
+   are preempted (their blocks freed, their progress recomputed later) until they fit,
+   possibly itself: with ``preemption_mode: lifo`` (vLLM's and the reference's default) the
+   newest first; with ``fifo`` the oldest first, taking back the tokens and blocks it was
+   given earlier in the same pass (as the reference's mocker does).
 2. Only if nothing was preempted, waiting requests are admitted in arrival order while the
    budget and ``max_num_seqs`` allow and the *whole* remaining prompt (minus its cached prefix)
    fits in free blocks; a request is never admitted because only its first chunk fits (bug
@@ -99,6 +101,8 @@ class VllmScheduler:
         self.max_model_len = spec.max_model_len
         self.chunked = spec.enable_chunked_prefill
         self.caching = spec.enable_prefix_caching
+        #: preempt the oldest running request (fifo) instead of the newest (lifo, vLLM's way)
+        self.fifo_preemption = spec.preemption_mode == "fifo"
         self.kv = KvCache(spec.num_gpu_blocks, spec.enable_prefix_caching)
         self.waiting: deque[Seq] = deque()
         self.running: list[Seq] = []
@@ -153,6 +157,21 @@ class VllmScheduler:
         seq.held.extend(taken)
         seq.anon -= len(taken)
 
+    @staticmethod
+    def _unschedule(batch: Batch, seq: Seq) -> None:
+        """Take ``seq``'s entry (scheduled earlier in this pass) out of ``batch``."""
+        for j, (s, n, is_prefill) in enumerate(batch.entries):
+            if s is seq:
+                del batch.entries[j]
+                if is_prefill:
+                    batch.prefill_tokens -= n
+                    batch.prefill_requests -= 1
+                    batch.prefill_start_tokens -= seq.computed
+                else:
+                    batch.decode_requests -= 1
+                    batch.decode_context_tokens -= seq.computed + n
+                return
+
     def _free(self, seq: Seq) -> None:
         """Release all of ``seq``'s blocks (its KV holds ``seq.computed`` tokens)."""
         held, anon = seq.held, seq.anon
@@ -188,7 +207,14 @@ class VllmScheduler:
                 is_prefill = False
             need = -(-(computed + n) // bs) - len(seq.held) - seq.anon
             while need > kv.free_blocks:
-                victim = running.pop()
+                if self.fifo_preemption:
+                    victim = running.pop(0)
+                    if victim is not seq:
+                        i -= 1
+                        self._unschedule(batch, victim)
+                        budget = self.budget - batch.prefill_tokens - batch.decode_requests
+                else:
+                    victim = running.pop()
                 self._preempt(victim)
                 batch.preempted.append(victim)
                 if victim is seq:
