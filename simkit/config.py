@@ -403,6 +403,11 @@ class PoolSpec:
     #: which running request gives up its KV under memory pressure: the newest (lifo, vLLM's
     #: default) or the oldest (fifo)
     preemption_mode: Literal["lifo", "fifo"] = "lifo"
+    #: the engine whose scheduler the workers follow: vllm (default), trtllm (vLLM's core with
+    #: TRT-LLM's GUARANTEED_NO_EVICT capacity scheduler: a request is admitted only when its
+    #: whole prompt + output fits beside what running requests still may need, so nothing is
+    #: ever preempted) or sglang (see ``sglang``)
+    backend: Literal["vllm", "sglang", "trtllm"] = "vllm"
 
 
 @frozen

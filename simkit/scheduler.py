@@ -14,6 +14,9 @@ Each forward pass (REFERENCE.md section 3, vLLM v1's scheduler):
    budget and ``max_num_seqs`` allow and the *whole* remaining prompt (minus its cached prefix)
    fits in free blocks; a request is never admitted because only its first chunk fits (bug
    class 3). Without chunked prefill the whole remaining prompt must fit in the budget.
+   ``backend: trtllm`` (TRT-LLM's GUARANTEED_NO_EVICT capacity scheduler, as the reference
+   models it) also requires the request's whole prompt + output to fit in the free blocks left
+   after reserving what every running request may still need, and never preempts.
 
 A request's progress is ``computed`` tokens with KV. While ``computed < prefill_target`` it
 is prefilling (``prefill_target`` is the prompt, or prompt + generated tokens after a
@@ -103,6 +106,8 @@ class VllmScheduler:
         self.caching = spec.enable_prefix_caching
         #: preempt the oldest running request (fifo) instead of the newest (lifo, vLLM's way)
         self.fifo_preemption = spec.preemption_mode == "fifo"
+        #: TRT-LLM GUARANTEED_NO_EVICT: admit against whole-request reservations, never preempt
+        self.no_evict = spec.backend == "trtllm"
         self.kv = KvCache(spec.num_gpu_blocks, spec.enable_prefix_caching)
         self.waiting: deque[Seq] = deque()
         self.running: list[Seq] = []
@@ -120,9 +125,19 @@ class VllmScheduler:
         tokens elsewhere) fits in the whole cache; and without chunked prefill that same peak
         fits in the token budget, since a request preempted late is recomputed in one pass
         (vLLM likewise requires ``max_num_batched_tokens >= max_model_len`` when chunked
-        prefill is off)."""
+        prefill is off). With ``backend: trtllm`` it may cut ``seq.output_len`` (see below)."""
         if self.max_model_len is not None and seq.prompt_len + seq.output_len > self.max_model_len:
             return False
+        if self.no_evict:
+            # TRT-LLM's enqueue normalisation, as the reference applies it: a prompt must leave
+            # room in the whole cache, and the output is cut to the room left (measured: a
+            # 1200-token prompt asking 200 tokens of a 1280-token cache generates 80)
+            room = self.kv.capacity * self.block_size - seq.prompt_len
+            if room <= 0:
+                return False
+            if self.role != "prefill" and seq.output_len > room:
+                seq.output_len = room
+            return self.chunked or seq.prompt_len + seq.output_len <= self.budget
         peak = seq.prompt_len if self.role == "prefill" else seq.prompt_len + max(seq.output_len - 1, 0)
         if -(-peak // self.block_size) > self.kv.capacity:
             return False
@@ -206,6 +221,8 @@ class VllmScheduler:
                 n = 1
                 is_prefill = False
             need = -(-(computed + n) // bs) - len(seq.held) - seq.anon
+            if need > kv.free_blocks and self.no_evict:
+                break  # reservations make this unreachable; never evict under no-evict
             while need > kv.free_blocks:
                 if self.fifo_preemption:
                     victim = running.pop(0)
@@ -266,6 +283,9 @@ class VllmScheduler:
             whole = -(-max(seq.prefill_target, start + n) // bs) - hits
             if whole > kv.free_blocks - in_lru:
                 break
+            if self.no_evict and (-(-self._final_tokens(seq) // bs) - hits
+                                  > kv.free_blocks - in_lru - self._reserved_blocks()):
+                break
             waiting.popleft()
             if hits:
                 kv.acquire(keys[:hits])
@@ -287,6 +307,16 @@ class VllmScheduler:
             batch.admitted.append((seq, 0 if seq.transferred else hits * bs))
             running.append(seq)
             budget -= n
+
+    def _final_tokens(self, seq: Seq) -> int:
+        """KV tokens ``seq`` holds when it ends here: its prompt on a prefill worker, else
+        prompt + output (TRT-LLM reserves the last token's slot too)."""
+        return seq.prompt_len if self.role == "prefill" else seq.prompt_len + seq.output_len
+
+    def _reserved_blocks(self) -> int:
+        """Blocks running requests may still allocate before they end (no-evict admission)."""
+        bs = self.block_size
+        return sum(max(0, -(-self._final_tokens(s) // bs) - len(s.held) - s.anon) for s in self.running)
 
     def complete(self, batch: Batch) -> tuple[list[Seq], list[Seq], list[Seq]]:
         """Apply a finished pass.

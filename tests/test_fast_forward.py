@@ -37,6 +37,7 @@ def cases(draw):
         "enable_prefix_caching": draw(st.booleans()),
         "enable_chunked_prefill": draw(st.booleans()),
         "preemption_mode": draw(st.sampled_from(["lifo", "fifo"])),
+        "backend": draw(st.sampled_from(["vllm", "trtllm"])),
     }
     latency = draw(st.sampled_from([
         {"kind": "polynomial"},
