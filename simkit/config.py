@@ -383,6 +383,33 @@ LatencySpec = Union[PolynomialLatency, ConstantLatency]
 
 
 @frozen
+class SglangSpec:
+    """SGLang scheduler settings (``backend: sglang``), with SGLang's names and defaults (the
+    reference's too). SGLang's ``page_size`` is the pool's ``block_size``.
+
+    A pass is either an extend (prefill) pass or a decode pass, never mixed: while waiting
+    prompts can be admitted, running requests do not decode. An extend pass admits waiting
+    requests in ``schedule_policy`` order (fifo: arrival; lpm: longest cached prefix first,
+    fifo beyond 128 waiting) while ``max_num_seqs`` allows and each fits three budgets: the
+    chunk budget ``chunked_prefill_size`` (null: ``max_num_batched_tokens``), which a prompt
+    longer than what is left of it takes in a page-aligned chunk; ``max_prefill_tokens`` for
+    the prompts admitted whole; and the KV tokens left after reserving, for every running
+    request, ``new_token_ratio`` x its remaining output clipped to ``clip_max_new_tokens``
+    (the candidate reserves its own clipped output in full). ``new_token_ratio`` starts at
+    0.7 x ``schedule_conservativeness``, decays linearly over 600 passes to 0.14 of that, and
+    resets when a decode pass must retract: a decode pass that cannot grow every running
+    request by a token retracts the one with the fewest output tokens (its KV freed, its
+    progress recomputed later) until it can.
+    """
+
+    schedule_policy: Literal["fifo", "lpm"] = "fifo"
+    max_prefill_tokens: int = field(default=16384, validator=_tokens)  #: tokens per extend pass
+    chunked_prefill_size: Optional[int] = field(default=None, validator=_tokens)  #: tokens
+    clip_max_new_tokens: int = field(default=4096, validator=_tokens)  #: tokens
+    schedule_conservativeness: float = field(default=1.0, validator=_pos + [_at_most(100)])
+
+
+@frozen
 class PoolSpec:
     """One pool of identical workers and their vLLM-like engine settings.
 
@@ -408,6 +435,15 @@ class PoolSpec:
     #: whole prompt + output fits beside what running requests still may need, so nothing is
     #: ever preempted) or sglang (see ``sglang``)
     backend: Literal["vllm", "sglang", "trtllm"] = "vllm"
+    #: SGLang scheduler settings; only with ``backend: sglang``
+    sglang: SglangSpec = field(factory=SglangSpec)
+
+    def __attrs_post_init__(self) -> None:
+        if self.backend != "sglang" and self.sglang != SglangSpec():
+            raise ValueError("'sglang' settings apply only to backend: sglang")
+        if self.backend != "vllm" and self.preemption_mode != "lifo":
+            raise ValueError(f"'preemption_mode' applies only to backend: vllm ({self.backend} "
+                             "never preempts by it)")
 
 
 @frozen

@@ -42,11 +42,13 @@ from __future__ import annotations
 from collections import deque
 from typing import Optional
 
+import math
+
 from simkit.config import PoolSpec
 from simkit.kvcache import KvCache
 from simkit.request import Request
 
-__all__ = ["Seq", "Batch", "VllmScheduler"]
+__all__ = ["Seq", "Batch", "VllmScheduler", "SglangScheduler", "make_scheduler"]
 
 
 class Seq:
@@ -256,13 +258,15 @@ class VllmScheduler:
             self._admit(batch, budget)
         return batch if entries else None
 
-    def _admit(self, batch: Batch, budget: int) -> None:
+    def _admit(self, batch: Batch, budget: int, only_transferred: bool = False) -> None:
         bs = self.block_size
         kv = self.kv
         waiting = self.waiting
         running = self.running
         while waiting and budget > 0 and len(running) < self.max_num_seqs:
             seq = waiting[0]
+            if only_transferred and not seq.transferred:
+                break
             if seq.keys is None:
                 seq.keys = seq.req.block_keys(bs) if self.caching else []
             keys = seq.keys
@@ -432,3 +436,205 @@ class VllmScheduler:
         seq = self.held.pop(rid)
         self._free(seq)
         seq.held, seq.anon = [], 0
+
+
+class SglangScheduler(VllmScheduler):
+    """SGLang-like batch formation (``backend: sglang``; semantics in
+    :class:`simkit.config.SglangSpec`), sharing the paged KV cache, prefix caching, roles and
+    pass completion of :class:`VllmScheduler`.
+
+    Each pass is an extend pass if one can form (the prompt being chunked continues first,
+    then waiting requests are admitted against the chunk, prefill and KV budgets), else a
+    decode pass of every running request whose prompt is done, after retracting requests
+    until every one of them can grow by a token. SGLang's prefix cache is a radix tree over
+    ``page_size`` pages; here it is the block-identity cache (the same hits: whole pages of
+    equal prefixes). Sources: SGLang ``python/sglang/srt/managers/schedule_policy.py``
+    (PrefillAdder: budgets, page-aligned truncation against the chunk budget left),
+    ``scheduler.py`` (extend before decode, new_token_ratio decay and reset) and
+    ``schedule_batch.py`` (retract_decode: fewest output tokens first, then the longest
+    prompt); checked against the reference's sglang core (a 4-token prompt and the first 4
+    tokens of an 8-token one share an 8-token chunk budget; a decoding request waits during
+    another's extend passes).
+    """
+
+    #: SGLang's defaults: initial new-token ratio (x schedule_conservativeness), its floor as a
+    #: fraction of that, and the passes the linear decay takes
+    INIT_NEW_TOKEN_RATIO = 0.7
+    MIN_NEW_TOKEN_RATIO_FACTOR = 0.14
+    NEW_TOKEN_RATIO_DECAY_PASSES = 600
+    #: lpm orders by prefix match only up to this many waiting requests (then fifo), as SGLang
+    LPM_MAX_WAITING = 128
+
+    def __init__(self, spec: PoolSpec, role: str) -> None:
+        super().__init__(spec, role)
+        sg = spec.sglang
+        self.lpm = sg.schedule_policy == "lpm"
+        #: tokens of prompt chunks per extend pass; None: no chunking
+        self.chunk_budget = (sg.chunked_prefill_size or spec.max_num_batched_tokens) if self.chunked else None
+        self.budget = self.chunk_budget or sg.max_prefill_tokens  # the liveness guard's pass size
+        self.chunked = True  # a long prompt is admitted whole when chunking is off: no budget cap
+        self.max_prefill_tokens = sg.max_prefill_tokens
+        self.clip_max_new_tokens = sg.clip_max_new_tokens
+        self.init_ratio = self.INIT_NEW_TOKEN_RATIO * sg.schedule_conservativeness
+        self.min_ratio = self.init_ratio * self.MIN_NEW_TOKEN_RATIO_FACTOR
+        self.ratio_step = (self.init_ratio - self.min_ratio) / self.NEW_TOKEN_RATIO_DECAY_PASSES
+        self.new_token_ratio = self.init_ratio
+
+    def schedule(self) -> Optional[Batch]:
+        batch = Batch()
+        reset = self._extend(batch)
+        if not batch.entries:
+            reset = self._decode(batch) or reset
+            if not batch.entries:
+                return None
+        if reset:
+            self.new_token_ratio = self.init_ratio
+        self._decay_ratio()
+        return batch
+
+    def _decay_ratio(self) -> None:
+        self.new_token_ratio = max(self.new_token_ratio - self.ratio_step, self.min_ratio)
+
+    def _lookup(self, seq: Seq) -> tuple[int, int]:
+        """(blocks of ``seq``'s prompt cached here, of which free), for a fresh admission."""
+        if seq.keys is None:
+            seq.keys = seq.req.block_keys(self.block_size) if self.caching else []
+        if not seq.keys:
+            return 0, 0
+        return self.kv.match(seq.keys, (seq.prefill_target - 1) // self.block_size)
+
+    def _order_waiting(self) -> None:
+        """lpm: the longest cached prefix first (stable); fifo beyond LPM_MAX_WAITING."""
+        waiting = self.waiting
+        if not self.lpm or len(waiting) < 2 or len(waiting) > self.LPM_MAX_WAITING:
+            return
+        fresh = [s for s in waiting if not s.transferred]
+        if len(fresh) < 2:
+            return
+        fresh.sort(key=lambda s: -self._lookup(s)[0])
+        self.waiting = deque(fresh + [s for s in waiting if s.transferred])
+
+    def _extend(self, batch: Batch) -> bool:
+        """Fill an extend pass into ``batch``; returns whether KV ran out (ratio reset)."""
+        bs = self.block_size
+        kv = self.kv
+        running = self.running
+        clip = self.clip_max_new_tokens
+        rem_chunk = self.chunk_budget if self.chunk_budget is not None else math.inf
+        rem_input = self.max_prefill_tokens
+        ratio = self.new_token_ratio
+        rem_total = kv.free_blocks * bs - sum(
+            min(s.output_len - s.generated, clip) * ratio for s in running if s.computed >= s.prefill_target)
+        for seq in running:  # the prompt being chunked (at most one) continues first
+            if seq.computed >= seq.prefill_target:
+                continue
+            computed = seq.computed
+            remaining = seq.prefill_target - computed
+            n = int(min(remaining, rem_chunk, rem_total))
+            if n <= 0:
+                break
+            need = -(-(computed + n) // bs) - len(seq.held) - seq.anon
+            if need > kv.free_blocks:
+                return True
+            if need > 0:
+                kv.allocate(need)
+                seq.anon += need
+            self._add_prefill(batch, seq, computed, n, computed // bs)
+            paged = -(-n // bs) * bs
+            rem_total -= paged + (min(seq.output_len - seq.generated, clip) if n == remaining else 0)
+            rem_input -= paged
+            rem_chunk -= paged
+        self._order_waiting()
+        waiting = self.waiting
+        while waiting and len(running) < self.max_num_seqs and rem_input > 0 and rem_chunk > 0:
+            seq = waiting[0]
+            if seq.transferred:
+                break  # a decode-pool request joins the next decode pass
+            hits, in_lru = self._lookup(seq)
+            start = hits * bs
+            extend = seq.prefill_target - start
+            paged = -(-extend // bs) * bs
+            reserve = min(seq.output_len - seq.generated, clip)
+            if extend + reserve >= rem_total:
+                break
+            if paged >= rem_input and batch.entries:
+                break
+            if paged <= rem_chunk:
+                n = extend
+            else:  # chunked: a page-aligned piece of what is left of the chunk budget
+                n = int(rem_chunk) // bs * bs
+                if n <= 0:
+                    break
+                paged, reserve = n, 0
+            alloc = -(-(start + n) // bs) - hits
+            if alloc > kv.free_blocks - in_lru:
+                return True
+            waiting.popleft()
+            if hits:
+                kv.acquire(seq.keys[:hits])
+                seq.held = seq.keys[:hits]
+            kv.allocate(alloc)
+            seq.anon = alloc
+            seq.computed = start
+            self._add_prefill(batch, seq, start, n, hits)
+            batch.admitted.append((seq, start))
+            running.append(seq)
+            rem_total -= paged + reserve
+            rem_input -= paged
+            rem_chunk -= paged
+        return False
+
+    def _add_prefill(self, batch: Batch, seq: Seq, start: int, n: int, first_block: int) -> None:
+        self._register(seq, first_block, start + n)
+        batch.entries.append((seq, n, True))
+        batch.prefill_tokens += n
+        batch.prefill_requests += 1
+        batch.prefill_start_tokens += start
+
+    def _decode(self, batch: Batch) -> bool:
+        """Fill a decode pass into ``batch``, retracting under KV pressure; returns whether
+        anything was retracted. Decode-pool requests whose prompt KV arrived join it."""
+        bs = self.block_size
+        kv = self.kv
+        running = self.running
+
+        def growth() -> int:
+            return sum(max(0, -(-(s.computed + 1) // bs) - len(s.held) - s.anon)
+                       for s in running if s.computed >= s.prefill_target)
+
+        retracted = False
+        need = growth()
+        while need > kv.free_blocks and len(running) > 1:
+            # SGLang's retract_decode: the fewest output tokens first, then the longest prompt
+            victim = min(running, key=lambda s: (s.generated, -s.prompt_len))
+            running.remove(victim)
+            self._preempt(victim)
+            batch.preempted.append(victim)
+            retracted = True
+            need = growth()
+        if need > kv.free_blocks:
+            return retracted  # one request that cannot grow: fits_ever makes this unreachable
+        for seq in running:
+            computed = seq.computed
+            if computed < seq.prefill_target:
+                continue  # a chunked prompt waiting for the next extend pass
+            more = -(-(computed + 1) // bs) - len(seq.held) - seq.anon
+            if more > 0:
+                kv.allocate(more)
+                seq.anon += more
+            batch.entries.append((seq, 1, False))
+            batch.decode_requests += 1
+            batch.decode_context_tokens += computed + 1
+        if not retracted:
+            self._admit(batch, self.max_num_seqs, only_transferred=True)
+        return retracted
+
+    def complete_decode_run(self, batch: Batch, passes: int) -> tuple[list[int], list[Seq]]:
+        for _ in range(passes - 1):  # the per-pass path decays once per scheduled pass
+            self._decay_ratio()
+        return super().complete_decode_run(batch, passes)
+
+
+def make_scheduler(spec: PoolSpec, role: str) -> VllmScheduler:
+    """The scheduler of ``spec.backend`` for a worker in ``role``."""
+    return SglangScheduler(spec, role) if spec.backend == "sglang" else VllmScheduler(spec, role)

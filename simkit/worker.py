@@ -32,7 +32,7 @@ from simkit.messages import Handoff, Inbox, Released
 from simkit.probe import COMPLETED, REJECTED, Probe
 from simkit.records import PassRecord
 from simkit.request import Request
-from simkit.scheduler import Seq, VllmScheduler
+from simkit.scheduler import Seq, make_scheduler
 
 #: passes in the first chunk of a fast-forwarded decode run (then doubling)
 FIRST_CHUNK = 128
@@ -81,7 +81,7 @@ class Worker:
         self.latency = latency
         self.probe = probe
         self.handoff = handoff
-        self.sched = VllmScheduler(spec, role)
+        self.sched = make_scheduler(spec, role)
         self.inbox = Inbox(env)
         self.rank = rank  #: tie-break order of same-instant pass boundaries
         #: run repeated pure-decode passes as one timeout (exactly equal results; see serve)
@@ -247,7 +247,7 @@ class Worker:
         pass end at or after its arrival, the boundary where the per-pass path would take it.
         Tokens and completions are applied once, at the end, with their per-pass times.
 
-        ``k`` is :meth:`VllmScheduler.decode_run_length` of ``batch`` (> 1).
+        ``k`` is :meth:`~simkit.scheduler.VllmScheduler.decode_run_length` of ``batch`` (> 1).
 
         Yields: the inbox get OR the end of the current chunk, per chunk; after an arrival,
         a timeout to the pass end that follows it.

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import req, run
+from simkit.config import scenario_from_dict
+from simkit.sim import simulate
+
+from conftest import D, P, req, run
 
 ms = lambda x: pytest.approx(x, rel=1e-9)  # noqa: E731
 CONST = {"kind": "constant", "prefill_ms": 10.0, "decode_ms": 4.0}
@@ -34,7 +37,7 @@ def test_preemption_order_lifo_takes_the_newest_fifo_the_oldest(mode, victim):
 
 
 def test_preemption_mode_is_validated():
-    from simkit.config import ConfigError, scenario_from_dict
+    from simkit.config import ConfigError
     with pytest.raises(ConfigError, match=r"expected one of: lifo, fifo, got 'random' @ \$\.pools\.aggregated\.preemption_mode"):
         scenario_from_dict({"pools": {"aggregated": {"preemption_mode": "random"}}})
 
@@ -64,3 +67,41 @@ def test_trtllm_cuts_the_output_to_the_cache_and_rejects_prompts_that_fill_it():
     assert (r1.status, r1.output_length) == ("rejected", 0)
     # r0 reserves all 10 blocks: r2 waits until r0 ends (10 + 9 * 4 = 46 ms), then 10 + 2 * 4
     assert (r0.finished_at * 1000, r2.first_admitted_at * 1000, r2.finished_at * 1000) == (ms(46.0), ms(46.0), ms(64.0))
+
+
+SGLANG = {"backend": "sglang", "block_size": 4, "num_gpu_blocks": 1000, "sglang": {"chunked_prefill_size": 8}}
+
+
+def run_pages_of_4(requests, **pool):
+    """``requests`` on one aggregated worker with 4-token blocks (pages) and ``pool`` settings."""
+    data = {"workload": {"kind": "synthetic", "trace_block_size": 4}, "pools": {"aggregated": pool}}
+    return simulate(scenario_from_dict(data), requests).requests
+
+
+def test_sglang_packs_a_prompt_and_a_chunk_of_another_into_the_chunk_budget():
+    # chunk budget 8 tokens, pages of 4: r0's 4-token prompt takes 4; r1's 8-token prompt does
+    # not fit what is left, so it takes a page-aligned chunk of 4. Pass 1 [0, P(8)]: r0's
+    # token 1. Pass 2 is an extend pass for r1's last 4 tokens (r0 does not decode in it):
+    # r1's token 1 at P(8) + P(4). Then decode passes of both (a = 5 + 9, then 6 + 10, ...).
+    # Measured on the reference (sglang core, same settings): TTFT 16.622914 and 33.185074 ms.
+    r0, r1 = run_pages_of_4([req(0, 0, 4, 3, [1], tbs=4), req(1, 0, 8, 4, [2, 3], tbs=4)], **SGLANG)
+    C = 1000 * 4
+    assert r0.ttft_s * 1000 == ms(P(8))
+    assert r1.ttft_s * 1000 == ms(P(8) + P(4))
+    assert r0.ttft_s * 1000 == pytest.approx(16.622914, abs=1e-6)
+    assert r1.ttft_s * 1000 == pytest.approx(33.185074, abs=1e-6)
+    assert r0.second_token_at * 1000 == ms(P(8) + P(4) + D(5 + 9, C))
+    # vllm mixes: pass 2 is r1's last 4 prompt tokens plus r0's decode
+    v0, v1 = run_pages_of_4([req(0, 0, 4, 3, [1], tbs=4), req(1, 0, 8, 4, [2, 3], tbs=4)], block_size=4,
+                            num_gpu_blocks=1000, max_num_batched_tokens=8)
+    assert v1.ttft_s * 1000 == ms(P(8) + P(4) + D(5, C))
+
+
+def test_sglang_decode_waits_while_another_prompt_extends():
+    # r0 (1000 tokens, 100 output) decodes; r1's 20000-token prompt arrives at 100 ms and takes
+    # three extend passes (8192, 8192, 3616 tokens) in which r0 produces nothing. Measured on
+    # the reference: r0 ends at 1022.940723 ms, r1's TTFT is 416.791015 ms.
+    recs = run([req(0, 0, 1000, 100), req(1, 100, 20000, 3)], backend="sglang",
+               latency={"kind": "polynomial", "prefill_tokens_from_batch_means": True})
+    assert recs[0].finished_at * 1000 == pytest.approx(1022.940723, abs=1e-5)
+    assert recs[1].ttft_s * 1000 == pytest.approx(416.791015, abs=1e-5)
