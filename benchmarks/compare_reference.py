@@ -90,6 +90,8 @@ def main() -> None:
     pools = ["aggregated"] if args.mode == "agg" else ["prefill", "decode"]
     sets = [("workload", {"kind": "trace", "path": os.path.abspath(args.trace)})]
     sets += [(f"pools.{p}.backend", args.backend) for p in pools]
+    if args.backend == "sglang":  # a documented difference from SGLang, the reference's way
+        sets += [(f"pools.{p}.sglang.budgets_count_chunks", True) for p in pools]
     if args.num_gpu_blocks is not None:
         sets += [(f"pools.{p}.num_gpu_blocks", args.num_gpu_blocks) for p in pools]
     sets += parse_overrides(args.set)

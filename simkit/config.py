@@ -407,6 +407,13 @@ class SglangSpec:
     chunked_prefill_size: Optional[int] = field(default=None, validator=_tokens)  #: tokens
     clip_max_new_tokens: int = field(default=4096, validator=_tokens)  #: tokens
     schedule_conservativeness: float = field(default=1.0, validator=_pos + [_at_most(100)])
+    #: charge ``max_prefill_tokens`` and the KV budget with the chunk a prompt takes in the
+    #: pass, as the reference does, instead of its whole remaining prompt as SGLang's
+    #: PrefillAdder does (there a long prompt waits for a pass of its own once another prompt
+    #: is admitted and it exceeds what is left of ``max_prefill_tokens``). Measured: a 1000-
+    #: and a 20000-token prompt arriving together share the reference's first pass (8168
+    #: tokens); SGLang runs the 1000 alone.
+    budgets_count_chunks: bool = False
 
 
 @frozen

@@ -24,6 +24,7 @@ from simkit.config import (
     RouterSpec,
     SessionAffinityRouter,
 )
+from simkit.messages import Reserve
 from simkit.probe import Probe
 
 
@@ -135,8 +136,17 @@ class Router:
                  handoff_queue: Optional[simpy.Store] = None,
                  decode_workers: Optional[Sequence] = None,
                  rngs: tuple[random.Random, random.Random] = (random.Random(0), random.Random(1)),
-                 queue_spec: Optional[RouterQueueSpec] = None) -> None:
+                 queue_spec: Optional[RouterQueueSpec] = None, pair_at_dispatch: bool = False) -> None:
         self.env = env
+        #: pick the decode worker when the request is dispatched, not when its KV arrives: SGLang's
+        #: PD disaggregation pairs prefill and decode workers up front (the reference's sglang
+        #: core does too: request i goes to decode worker i mod N under round robin). The
+        #: decode worker reserves room for the KV at its next pass boundary and only then is
+        #: the request sent to a prefill worker, as the reference does (measured: prefill
+        #: admission waits up to one decode pass, and round robin over the prefill pool follows
+        #: the reservation order)
+        self.pair_at_dispatch = pair_at_dispatch
+        self.paired: dict = {}  #: rid -> decode worker chosen at dispatch
         self.probe = probe
         self.queue_spec = queue_spec or RouterQueueSpec()
         self.held: list = []  #: requests waiting for a worker that is not busy
@@ -175,7 +185,15 @@ class Router:
 
     def _send(self, request, workers) -> None:
         self.probe.dispatched(request.rid, self.env.now)
+        if self.pair_at_dispatch:
+            decode = self.paired[request.rid] = self.decode_policy.pick(request, self.decode_workers)
+            decode.inbox.put(Reserve(request))
+            return
         self.entry_policy.pick(request, workers).inbox.put(request)
+
+    def send_reserved(self, request) -> None:
+        """A decode worker reserved room for ``request``: send it to a prefill worker."""
+        self.entry_policy.pick(request, self.entry_workers).inbox.put(request)
 
     def _busy(self, worker) -> bool:
         q = self.queue_spec
@@ -202,4 +220,8 @@ class Router:
         """Yields: ``handoff_queue.get()`` for each transferred request (a ``Handoff``)."""
         while True:
             handoff = yield self.handoff_queue.get()
-            self.decode_policy.pick(handoff.request, self.decode_workers).inbox.put(handoff)
+            if self.pair_at_dispatch:
+                worker = self.paired.pop(handoff.request.rid)
+            else:
+                worker = self.decode_policy.pick(handoff.request, self.decode_workers)
+            worker.inbox.put(handoff)

@@ -474,6 +474,7 @@ class SglangScheduler(VllmScheduler):
         self.budget = self.chunk_budget or sg.max_prefill_tokens  # the liveness guard's pass size
         self.chunked = True  # a long prompt is admitted whole when chunking is off: no budget cap
         self.max_prefill_tokens = sg.max_prefill_tokens
+        self.budgets_on_chunks = sg.budgets_count_chunks
         self.clip_max_new_tokens = sg.clip_max_new_tokens
         self.init_ratio = self.INIT_NEW_TOKEN_RATIO * sg.schedule_conservativeness
         self.min_ratio = self.init_ratio * self.MIN_NEW_TOKEN_RATIO_FACTOR
@@ -555,10 +556,9 @@ class SglangScheduler(VllmScheduler):
             extend = seq.prefill_target - start
             paged = -(-extend // bs) * bs
             reserve = min(seq.output_len - seq.generated, clip)
-            if extend + reserve >= rem_total:
-                break
-            if paged >= rem_input and batch.entries:
-                break
+            if not self.budgets_on_chunks:  # SGLang: the whole remaining prompt is charged
+                if extend + reserve >= rem_total or (paged >= rem_input and batch.entries):
+                    break
             if paged <= rem_chunk:
                 n = extend
             else:  # chunked: a page-aligned piece of what is left of the chunk budget
@@ -566,6 +566,8 @@ class SglangScheduler(VllmScheduler):
                 if n <= 0:
                     break
                 paged, reserve = n, 0
+            if self.budgets_on_chunks and (paged + reserve >= rem_total or paged > rem_input):
+                break
             alloc = -(-(start + n) // bs) - hits
             if alloc > kv.free_blocks - in_lru:
                 return True

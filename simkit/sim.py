@@ -71,7 +71,12 @@ class Simulation:
         self.router = Router(env, scenario.router, self.router_queue, entry, probe,
                              handoff_queue=handoff_queue, decode_workers=self.pools.get("decode"),
                              rngs=(streams.get("router"), streams.get("router_decode")),
-                             queue_spec=scenario.router_queue)
+                             queue_spec=scenario.router_queue,
+                             pair_at_dispatch=(scenario.pools.decode is not None
+                                               and scenario.pools.decode.backend == "sglang"))
+        if self.router.pair_at_dispatch:
+            for worker in self.pools["decode"]:
+                worker.on_reserved = self.router.send_reserved
         if scenario.router_queue.enabled:
             for worker in entry:
                 worker.on_pass_end = self.router.poke

@@ -28,7 +28,7 @@ from simpy.events import Event
 
 from simkit.config import PoolSpec
 from simkit.engine import LatencyModel
-from simkit.messages import Handoff, Inbox, Released
+from simkit.messages import Handoff, Inbox, Released, Reserve
 from simkit.probe import COMPLETED, REJECTED, Probe
 from simkit.records import PassRecord
 from simkit.request import Request
@@ -92,10 +92,13 @@ class Worker:
         self.stalled = 0  #: passes in a row without a token or a finished prompt
         #: PassRecord rows of this worker's passes, when recording
         self.pass_log: Optional[list] = [] if record_passes else None
-        #: a message taken from the inbox during a fast-forwarded run, accepted at its pass end
+        #: a message taken from the inbox during a fast-forwarded run, put back at its pass end
         self.in_hand = None
         #: called after each pass (the router re-checks its busy thresholds)
         self.on_pass_end: Optional[Callable[[], None]] = None
+        #: decode pool with pairing at dispatch: called with a request whose KV room this
+        #: worker reserved (at its pass boundary), to send it on to a prefill worker
+        self.on_reserved: Optional[Callable[[Request], None]] = None
 
     def start(self) -> simpy.Process:
         return self.env.process(self.serve())
@@ -162,6 +165,9 @@ class Worker:
     def _accept(self, msg) -> None:
         if type(msg) is Released:
             self.sched.release(msg.rid)
+            return
+        if type(msg) is Reserve:
+            self.on_reserved(msg.request)
             return
         if type(msg) is Handoff:
             seq = Seq(msg.request, transferred=True)
@@ -298,6 +304,6 @@ class Worker:
         now = env.now
         for seq in finished:
             self.probe.finished(seq.rid, now, COMPLETED)
-        if msg is not None:
+        if msg is not None:  # back to the inbox: the loop takes it as pass-by-pass stepping would
             self.in_hand = None
-            self._accept(msg)
+            self.inbox.put_back(msg)
