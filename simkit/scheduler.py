@@ -540,7 +540,7 @@ class SglangScheduler(VllmScheduler):
             if need > 0:
                 kv.allocate(need)
                 seq.anon += need
-            self._add_prefill(batch, seq, computed, n, computed // bs)
+            self._add_prefill(batch, seq, computed, n)
             paged = -(-n // bs) * bs
             rem_total -= paged + (min(seq.output_len - seq.generated, clip) if n == remaining else 0)
             rem_input -= paged
@@ -578,7 +578,7 @@ class SglangScheduler(VllmScheduler):
             kv.allocate(alloc)
             seq.anon = alloc
             seq.computed = start
-            self._add_prefill(batch, seq, start, n, hits)
+            self._add_prefill(batch, seq, start, n)
             batch.admitted.append((seq, start))
             running.append(seq)
             rem_total -= paged + reserve
@@ -586,8 +586,7 @@ class SglangScheduler(VllmScheduler):
             rem_chunk -= paged
         return False
 
-    def _add_prefill(self, batch: Batch, seq: Seq, start: int, n: int, first_block: int) -> None:
-        self._register(seq, first_block, start + n)
+    def _add_prefill(self, batch: Batch, seq: Seq, start: int, n: int) -> None:
         batch.entries.append((seq, n, True))
         batch.prefill_tokens += n
         batch.prefill_requests += 1
@@ -630,6 +629,16 @@ class SglangScheduler(VllmScheduler):
         if not retracted:
             self._admit(batch, self.max_num_seqs, only_transferred=True)
         return retracted
+
+    def complete(self, batch: Batch) -> tuple[list[Seq], list[Seq], list[Seq]]:
+        # the radix tree takes a prompt's pages when its extend pass has run, so prompts in the
+        # same pass do not share them (the reference: measured, a prompt admitted beside
+        # another with the same first 512 tokens reuses none of them)
+        bs = self.block_size
+        for seq, n, is_prefill in batch.entries:
+            if is_prefill:
+                self._register(seq, seq.computed // bs, seq.computed + n)
+        return super().complete(batch)
 
     def complete_decode_run(self, batch: Batch, passes: int) -> tuple[list[int], list[Seq]]:
         for _ in range(passes - 1):  # the per-pass path decays once per scheduled pass

@@ -172,6 +172,7 @@ class Simulation:
             for w in workers:
                 where["inboxes"] += sum(1 for m in w.inbox.items if type(m) is not Released)
                 where["inboxes"] += w.in_hand is not None and type(w.in_hand) is not Released
+                where["inboxes"] += len(w.pending_reserve)
                 where["waiting"] += len(w.sched.waiting)
                 where["running"] += len(w.sched.running)
                 kv = w.sched.kv

@@ -20,6 +20,7 @@ Layer L3: imports simpy, scheduler, engine, probe.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
+from collections import deque
 
 from typing import Callable, Optional
 
@@ -99,6 +100,8 @@ class Worker:
         #: decode pool with pairing at dispatch: called with a request whose KV room this
         #: worker reserved (at its pass boundary), to send it on to a prefill worker
         self.on_reserved: Optional[Callable[[Request], None]] = None
+        #: requests waiting for this (busy) decode worker to reserve room for their KV
+        self.pending_reserve: deque = deque()
 
     def start(self) -> simpy.Process:
         return self.env.process(self.serve())
@@ -120,6 +123,12 @@ class Worker:
 
     # ------------------------------------------------------------------ read-only snapshot
     # (what routing policies may read; see simkit.router.Routable)
+
+    @property
+    def idle(self) -> bool:
+        """Whether this worker has nothing to run (no pass in progress or due) and no
+        reservation pending."""
+        return not self.sched.has_work() and not self.pending_reserve
 
     @property
     def kv_capacity_blocks(self) -> int:
@@ -167,7 +176,7 @@ class Worker:
             self.sched.release(msg.rid)
             return
         if type(msg) is Reserve:
-            self.on_reserved(msg.request)
+            self.pending_reserve.append(msg.request)  # answered one per pass boundary (serve)
             return
         if type(msg) is Handoff:
             seq = Seq(msg.request, transferred=True)
@@ -191,12 +200,17 @@ class Worker:
         pool, wid = self.pool, self.wid
         prompt_pool = self.role != "decode"
         rank = self.rank
+        pending_reserve = self.pending_reserve
         while True:
-            if not sched.has_work():
+            if not sched.has_work() and not pending_reserve:
                 self._accept((yield inbox.get()))
             yield PassBoundary(env, rank)
             for msg in inbox.drain():
                 self._accept(msg)
+            if pending_reserve:
+                # the reference's sglang core reserves one pending destination per pass end
+                # (all at once while idle: the loop comes back here at the same instant)
+                self.on_reserved(pending_reserve.popleft())
             batch = sched.schedule()
             if batch is None:
                 if sched.has_work():  # blocked on KV held for handoffs: wait for a message
@@ -211,7 +225,7 @@ class Worker:
                 prefill_tokens = self.latency.priced_prefill_tokens(
                     prefill_tokens, batch.prefill_requests, batch.prefill_start_tokens)
             dt = pass_time_s(prefill_tokens, batch.decode_requests, batch.decode_context_tokens)
-            if self.fast_forward:
+            if self.fast_forward and not pending_reserve:
                 k = sched.decode_run_length(batch)
                 if k > 1:
                     yield from self._decode_run(batch, k)
