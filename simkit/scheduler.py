@@ -481,6 +481,17 @@ class SglangScheduler(VllmScheduler):
         self.ratio_step = (self.init_ratio - self.min_ratio) / self.NEW_TOKEN_RATIO_DECAY_PASSES
         self.new_token_ratio = self.init_ratio
 
+    def fits_ever(self, seq: Seq) -> bool:
+        """:meth:`VllmScheduler.fits_ever`, and room for the prompt in whole pages plus the
+        output beside it in the empty cache: SGLang admits a prompt only while its pages and
+        its (clipped) output stay below the free tokens (a recompute after a retraction too),
+        so a request that fills the cache would wait forever (found by hypothesis)."""
+        if not super().fits_ever(seq):
+            return False
+        if self.role == "prefill":
+            return -(-seq.prompt_len // self.block_size) * self.block_size < self.kv.capacity * self.block_size
+        return seq.prompt_len + seq.output_len + self.block_size <= self.kv.capacity * self.block_size
+
     def schedule(self) -> Optional[Batch]:
         batch = Batch()
         reset = self._extend(batch)
@@ -520,7 +531,8 @@ class SglangScheduler(VllmScheduler):
         bs = self.block_size
         kv = self.kv
         running = self.running
-        clip = self.clip_max_new_tokens
+        # a prefill worker generates nothing here: it reserves no output
+        clip = 0 if self.role == "prefill" else self.clip_max_new_tokens
         rem_chunk = self.chunk_budget if self.chunk_budget is not None else math.inf
         rem_input = self.max_prefill_tokens
         ratio = self.new_token_ratio
@@ -566,7 +578,7 @@ class SglangScheduler(VllmScheduler):
                 if n <= 0:
                     break
                 paged, reserve = n, 0
-            if self.budgets_on_chunks and (paged + reserve >= rem_total or paged > rem_input):
+            if self.budgets_on_chunks and (paged + reserve >= rem_total or (paged > rem_input and batch.entries)):
                 break
             alloc = -(-(start + n) // bs) - hits
             if alloc > kv.free_blocks - in_lru:
