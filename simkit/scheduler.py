@@ -223,7 +223,7 @@ class VllmScheduler:
                 n = 1
                 is_prefill = False
             need = -(-(computed + n) // bs) - len(seq.held) - seq.anon
-            if need > kv.free_blocks and self.no_evict:
+            if self.no_evict and need > kv.free_blocks:
                 break  # reservations make this unreachable; never evict under no-evict
             while need > kv.free_blocks:
                 if self.fifo_preemption:
