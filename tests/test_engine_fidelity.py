@@ -105,3 +105,18 @@ def test_sglang_decode_waits_while_another_prompt_extends():
                latency={"kind": "polynomial", "prefill_tokens_from_batch_means": True})
     assert recs[0].finished_at * 1000 == pytest.approx(1022.940723, abs=1e-5)
     assert recs[1].ttft_s * 1000 == pytest.approx(416.791015, abs=1e-5)
+
+
+@pytest.mark.parametrize("pool, message", [
+    ({"sglang": {"schedule_policy": "lpm"}}, "'sglang' settings apply only to backend: sglang @ $.pools.aggregated"),
+    ({"backend": "trtllm", "preemption_mode": "fifo"},
+     "'preemption_mode' applies only to backend: vllm (trtllm never preempts by it) @ $.pools.aggregated"),
+    ({"backend": "sglang", "sglang": {"schedule_policy": "longest"}},
+     "expected one of: fifo, lpm, got 'longest' @ $.pools.aggregated.sglang.schedule_policy"),
+])
+def test_backend_settings_that_would_be_ignored_are_refused(pool, message):
+    # bug class 5: an accepted key must change behaviour, so settings of another backend fail
+    from simkit.config import ConfigError
+    with pytest.raises(ConfigError) as err:
+        scenario_from_dict({"pools": {"aggregated": pool}})
+    assert err.value.messages == [f"<scenario>: {message}"]
