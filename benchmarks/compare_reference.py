@@ -38,6 +38,11 @@ from simkit.report import nearest_rank, summarize  # noqa: E402
 from simkit.sim import simulate  # noqa: E402
 
 
+#: issue 3's agreement targets: per-request |relative error| of TTFT and E2E (median, p99) and
+#: the summary percentiles of TTFT, ITL and E2E
+MEDIAN_TOLERANCE, P99_TOLERANCE, SUMMARY_TOLERANCE = 0.01, 0.05, 0.02
+
+
 def run_peer(args, out_dir: str) -> tuple[float, int]:
     tool = os.path.join(SHARED, "tools", "dynamo_peer.py")
     cmd = [args.peer_python, "-c",
@@ -115,11 +120,14 @@ def main() -> None:
 
     print(f"trace {args.trace} mode {args.mode} backend {args.backend}: simkit {summary['requests']['completed']} completed, "
           f"reference {peer_summary['completed']} completed")
+    failed = []  # the agreement targets of issue 3, checked below
     print(f"{'metric':10}{'q':>5}{'simkit':>12}{'reference':>12}{'rel diff':>10}")
     for metric in ("ttft_ms", "itl_ms", "e2e_ms"):
         for q in ("mean", "p50", "p90", "p99"):
             a, b = summary[metric][q], peer_summary[metric][q]
             print(f"{metric:10}{q:>5}{a:12.2f}{b:12.2f}{(a / b - 1) * 100:9.2f}%")
+            if q != "mean" and abs(a / b - 1) > SUMMARY_TOLERANCE:
+                failed.append(f"summary {metric} {q}")
     print("per request |relative error| (matched by trace line):")
     for metric in ("ttft_ms", "itl_ms", "e2e_ms"):
         errs = []
@@ -130,6 +138,10 @@ def main() -> None:
         st = stats(errs)
         print(f"  {metric:8} n={len(errs):6d}  median {st.get(50, math.nan):.4%}  p90 {st.get(90, math.nan):.4%}  "
               f"p99 {st.get(99, math.nan):.4%}")
+        if metric != "itl_ms" and (st.get(50, math.inf) > MEDIAN_TOLERANCE or st.get(99, math.inf) > P99_TOLERANCE):
+            failed.append(f"per-request {metric}")
+    print("targets (per-request TTFT and E2E median <= 1%, p99 <= 5%; summary p50/p90/p99 within 2%): "
+          + ("met" if not failed else "NOT met: " + ", ".join(failed)))
     print(f"simkit: wall {sim_wall:.2f} s (simulate only), peak RSS {sim_peak_kb / 1024:.0f} MiB")
     if peer_wall is not None:
         print(f"reference: wall {peer_wall:.2f} s (whole script), peak RSS {peer_peak / 1024:.0f} MiB")
