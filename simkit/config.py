@@ -372,10 +372,17 @@ WorkloadSpec = Union[SyntheticWorkload, TraceWorkload]
 class PolynomialLatency:
     """The reference's fixed per-pass polynomial (REFERENCE.md section 4, measured on
     ai-dynamo-runtime 1.6.1): P(n) for the prefill tokens of a pass plus D(a, C) for its
-    decode requests, divided by ``speedup_ratio``."""
+    decode requests, divided by ``speedup_ratio``.
+
+    ``prefill_tokens_from_batch_means`` reproduces a quirk of the reference: it prices a pass
+    of k prefilling requests at k * (integer mean of their prompt positions after the pass -
+    integer mean before it) tokens, up to k - 1 off the tokens the pass computes. A real
+    engine's cost follows the tokens computed (the default); set it true to agree with the
+    reference pass for pass (``scenarios/reference_*.yaml`` do)."""
 
     kind: Literal["polynomial"] = "polynomial"
     speedup_ratio: float = field(default=1.0, validator=_pos)
+    prefill_tokens_from_batch_means: bool = False
 
 
 @frozen
@@ -509,6 +516,40 @@ DEFAULT_NUM_GPU_BLOCKS = 16384
 
 
 @frozen
+class SglangSpec:
+    """SGLang scheduler settings (``backend: sglang``), with SGLang's names and defaults (the
+    reference's too). SGLang's ``page_size`` is the pool's ``block_size``.
+
+    A pass is either an extend (prefill) pass or a decode pass, never mixed: while waiting
+    prompts can be admitted, running requests do not decode. An extend pass admits waiting
+    requests in ``schedule_policy`` order (fifo: arrival; lpm: longest cached prefix first,
+    fifo beyond 128 waiting) while ``max_num_seqs`` allows and each fits three budgets: the
+    chunk budget ``chunked_prefill_size`` (null: ``max_num_batched_tokens``), which a prompt
+    longer than what is left of it takes in a page-aligned chunk; ``max_prefill_tokens`` for
+    the prompts admitted whole; and the KV tokens left after reserving, for every running
+    request, ``new_token_ratio`` x its remaining output clipped to ``clip_max_new_tokens``
+    (the candidate reserves its own clipped output in full). ``new_token_ratio`` starts at
+    0.7 x ``schedule_conservativeness``, decays linearly over 600 passes to 0.14 of that, and
+    resets when a decode pass must retract: a decode pass that cannot grow every running
+    request by a token retracts the one with the fewest output tokens (its KV freed, its
+    progress recomputed later) until it can.
+    """
+
+    schedule_policy: Literal["fifo", "lpm"] = "fifo"
+    max_prefill_tokens: int = field(default=16384, validator=_tokens)  #: tokens per extend pass
+    chunked_prefill_size: Optional[int] = field(default=None, validator=_tokens)  #: tokens
+    clip_max_new_tokens: int = field(default=4096, validator=_tokens)  #: tokens
+    schedule_conservativeness: float = field(default=1.0, validator=_pos + [_at_most(100)])
+    #: charge ``max_prefill_tokens`` and the KV budget with the chunk a prompt takes in the
+    #: pass, as the reference does, instead of its whole remaining prompt as SGLang's
+    #: PrefillAdder does (there a long prompt waits for a pass of its own once another prompt
+    #: is admitted and it exceeds what is left of ``max_prefill_tokens``). Measured: a 1000-
+    #: and a 20000-token prompt arriving together share the reference's first pass (8168
+    #: tokens); SGLang runs the 1000 alone.
+    budgets_count_chunks: bool = False
+
+
+@frozen
 class PoolSpec:
     """One pool of identical workers and their vLLM-like engine settings.
 
@@ -543,7 +584,23 @@ class PoolSpec:
     #: workers with different tensor_parallel_size); null: the scenario's ``latency``
     latency: Optional[LatencySpec] = None
 
+    #: which running request gives up its KV under memory pressure: the newest (lifo, vLLM's
+    #: default) or the oldest (fifo)
+    preemption_mode: Literal["lifo", "fifo"] = "lifo"
+    #: the engine whose scheduler the workers follow: vllm (default), trtllm (vLLM's core with
+    #: TRT-LLM's GUARANTEED_NO_EVICT capacity scheduler: a request is admitted only when its
+    #: whole prompt + output fits beside what running requests still may need, so nothing is
+    #: ever preempted) or sglang (see ``sglang``)
+    backend: Literal["vllm", "sglang", "trtllm"] = "vllm"
+    #: SGLang scheduler settings; only with ``backend: sglang``
+    sglang: SglangSpec = field(factory=SglangSpec)
+
     def __attrs_post_init__(self) -> None:
+        if self.backend != "sglang" and self.sglang != SglangSpec():
+            raise ValueError("'sglang' settings apply only to backend: sglang")
+        if self.backend != "vllm" and self.preemption_mode != "lifo":
+            raise ValueError(f"'preemption_mode' applies only to backend: vllm ({self.backend} "
+                             "never preempts by it)")
         if self.max_workers is not None and not self.min_workers <= self.workers <= self.max_workers:
             raise ValueError(f"need min_workers ({self.min_workers}) <= workers ({self.workers}) "
                              f"<= max_workers ({self.max_workers})")
@@ -820,6 +877,14 @@ class Scenario:
         if self.pools.mode == "disaggregated" and self.link is None:
             object.__setattr__(self, "link", LinkSpec())
         self._resolve_hardware()
+        decode = self.pools.decode
+        if decode is not None and decode.backend == "sglang":  # pairs prefill and decode at dispatch
+            if self.planner is not None:
+                raise ValueError("a planner cannot yet scale a disaggregated sglang cluster (its decode "
+                                 "workers are paired at dispatch); use backend vllm or trtllm")
+            if self.link.timing_mode != "full_prompt":
+                raise ValueError("link.timing_mode destination_missing does not apply to a disaggregated "
+                                 "sglang cluster (its decode worker is chosen at dispatch)")
         wl = self.workload
         if isinstance(wl, SyntheticWorkload):
             for name, pool in self.pools.named():

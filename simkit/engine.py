@@ -42,6 +42,13 @@ class LatencyModel(Protocol):
         is end i-1 plus duration i, the float SimPy reaches stepping pass by pass."""
         ...
 
+    def priced_prefill_tokens(self, prefill_tokens: int, prefill_requests: int, prefill_start_tokens: int) -> int:
+        """The prefill tokens the model prices for a pass whose ``prefill_requests`` requests
+        compute ``prefill_tokens`` prompt tokens in all, having ``prefill_start_tokens`` before
+        it (computed or cached, summed); the pass's own count unless the model says otherwise.
+        Optional: a model without it is priced on the pass's own count."""
+        ...
+
 
 def _accumulate(start_at: float, durations: list[float]) -> list[float]:
     ends = []
@@ -71,11 +78,25 @@ class PolynomialModel:
     C = ``num_gpu_blocks`` * ``block_size`` the worker's KV capacity in tokens. A pass costs
     P(n) if it has prefill tokens plus D(a, C) if it has decode requests, divided by
     ``speedup_ratio``. Examples: P(1000) = 32.106 ms, P(8192) = 169.137 ms, D(0, C) = 5.74 ms.
+
+
+    With ``prefill_tokens_from_batch_means`` the prefill of a pass of k prefilling requests
+    is priced as the reference prices it: n = k * (floor(E / k) - floor(S / k)), S the sum of
+    their prompt positions before the pass (cached prefix included) and E after it; the
+    integer means drop or add up to k - 1 tokens against the true count E - S (measured:
+    prompts of 898 and 7543 tokens with 512 cached each cost P(7416), not P(7417)).
     """
 
     def __init__(self, spec: PolynomialLatency, kv_capacity_tokens: int) -> None:
         self.capacity = float(kv_capacity_tokens)
         self.scale_s = S_PER_MS / spec.speedup_ratio
+        self.batch_means = spec.prefill_tokens_from_batch_means
+
+    def priced_prefill_tokens(self, prefill_tokens: int, prefill_requests: int, prefill_start_tokens: int) -> int:
+        if not self.batch_means or prefill_requests < 2:
+            return prefill_tokens
+        k = prefill_requests
+        return k * ((prefill_start_tokens + prefill_tokens) // k - prefill_start_tokens // k)
 
     @staticmethod
     def prefill_ms(n: int) -> float:
@@ -125,6 +146,9 @@ class ConstantModel:
     def __init__(self, spec: ConstantLatency) -> None:
         self.prefill_s = spec.prefill_ms * S_PER_MS / spec.speedup_ratio
         self.decode_s = spec.decode_ms * S_PER_MS / spec.speedup_ratio
+
+    def priced_prefill_tokens(self, prefill_tokens: int, prefill_requests: int, prefill_start_tokens: int) -> int:
+        return prefill_tokens
 
     def pass_time_s(self, prefill_tokens: int, decode_requests: int, decode_context_tokens: int) -> float:
         return (self.prefill_s if prefill_tokens else 0.0) + (self.decode_s if decode_requests else 0.0)

@@ -2,25 +2,32 @@
 
 Capacity is ``num_gpu_blocks`` blocks. Every block is in exactly one of three states:
 
-* free and anonymous (``free_anon``): holds nothing reusable;
-* free and cached (``lru``): holds a full prompt block whose identity key is known, hittable
-  by a later request until it is evicted (least recently freed first) to satisfy an allocation;
+* free and empty (``free_anon``): never used, or a freed partial block; allocations take
+  these first;
+* free and used before (``lru``): a block some request freed, queued least recently freed
+  first. One that holds a full prompt block (its identity key known) stays hittable by a later
+  request until an allocation takes it; a full one without identity (generated tokens) is queued
+  under a placeholder key. Allocations take the queue's head either way, as vLLM's single
+  free-block queue does (``vllm/v1/core/block_pool.py``, FreeKVCacheBlockQueue), so a freed
+  anonymous block ages in the queue like a cached one and cached blocks freed earlier are
+  evicted before it (measured on the reference: prefix hits then agree request by request);
 * in use: held by one or more running requests, with an identity (``ref`` counts holders) or
   without (``used_anon``: partial blocks, decode blocks, duplicates).
 
-So ``free_anon + cached + len(ref) + used_anon == capacity`` at every step (:meth:`check`).
-A request holds a list of identity keys and a count of anonymous blocks; freeing returns keyed
-blocks to the LRU tail in reverse order, so a prompt's last blocks are evicted before its
-first ones (as vLLM's free-block queue does).
+Freed blocks that no look-up can hit (full blocks without identity, and *private* prompt
+blocks: those no other request of the workload has, which the scheduler knows from the whole
+workload, see ``VllmScheduler.private_ids``) need no identity of their own in the queue: a
+request's run of them enters the queue as one *run* entry of that many blocks, at the very
+position the blocks would take one by one, and an allocation consumes a run block by block
+(splitting it). The cache behaves exactly as if every block were queued on its own (tested
+against that); only the per-block bookkeeping is gone. A preempted request may hit its own
+private blocks when readmitted, so it frees them as keys (``private_keys``).
 
-*Private* blocks: full prompt blocks whose identity no other request of the workload has
-(the scheduler knows which, from the whole workload, see ``private_from``). Nothing can ever
-hit them, except their own request after a preemption, so their keys need not be tracked one
-by one: in use they count as anonymous, and freed they enter the LRU as one *run* entry of
-that many blocks, at the very position their keys would have taken. Evictions consume a run
-like as many keys. The cache's behaviour is exactly that of tracking every key (tested);
-only the bookkeeping per block is gone. A preempted request releases its private blocks as
-real keys (:meth:`release` with ``private_keys``), since it may hit them when readmitted.
+So ``free_anon + cached + len(ref) + used_anon == capacity`` at every step (:meth:`check`),
+where ``cached`` counts the blocks in ``lru`` (a run counts its size). A request holds a list of identity keys and a count of anonymous blocks;
+freeing returns a request's blocks to the queue's tail in reverse block order (its anonymous
+tail blocks first, then its keyed blocks last to first), so a prompt's last blocks are evicted
+before its first ones (as vLLM's free-block queue does).
 
 Layer L2: pure bookkeeping, no SimPy. Deliberately not a SimPy ``Container``: admission is a
 scheduler decision made at a pass boundary, not a blocking wait (ARCHITECTURE.md 2.4).
@@ -35,7 +42,8 @@ __all__ = ["KvCache", "PublishedBlocks"]
 
 
 class _Run:
-    """An LRU entry standing for ``size`` freed private blocks (never equal to a key)."""
+    """The free-queue entry of ``size`` freed blocks without a hittable identity (equal to
+    nothing but itself, so no prompt look-up can hit it)."""
 
     __slots__ = ("size",)
 
@@ -53,7 +61,7 @@ class KvCache:
         self.prefix_caching = prefix_caching
         self.free_anon = num_blocks
         self.used_anon = 0
-        self.lru: OrderedDict = OrderedDict()  #: keys (int) and runs of private blocks
+        self.lru: OrderedDict = OrderedDict()  #: keys (int) and runs of unhittable blocks
         self.ref: dict[int, int] = {}
         self.run_extra = 0  #: sum of (size - 1) over the runs in ``lru``
         #: KV events, when set: called as on_event(stored, keys) when blocks gain an identity
@@ -63,7 +71,7 @@ class KvCache:
 
     @property
     def cached_blocks(self) -> int:
-        """Free blocks that hold a prompt block (keys and private runs in the LRU)."""
+        """Free blocks that were used before, queued for reuse (keys and runs)."""
         return len(self.lru) + self.run_extra
 
     @property
@@ -135,7 +143,7 @@ class KvCache:
         self.used_anon += n
 
     def _first_keys(self, blocks: int) -> list:
-        """The keys among the first ``blocks`` cached blocks in eviction order."""
+        """The keys among the first ``blocks`` queued blocks."""
         keys = []
         for key in self.lru:
             if blocks <= 0:
@@ -190,21 +198,31 @@ class KvCache:
             self.on_event(True, list(taken))
         return taken
 
-    def release(self, keys: Sequence[int], anon: int, private: int = 0,
+    def release(self, keys: Sequence[int], anon: int, anon_full: int = 0,
                 private_keys: Sequence[int] = ()) -> None:
-        """Free a request's blocks: ``keys`` it holds with identity (in prompt order), ``anon``
-        without, of which ``private`` are private prompt blocks (the prompt's last full blocks,
-        so they enter the LRU first, as one run) or, when ``private_keys`` are given (a
-        preemption: the request may hit them again), those blocks as keys."""
+        """Free a request's blocks: ``keys`` it holds with identity and ``anon`` without, of
+        which ``anon_full`` are full blocks (generated tokens, prompt blocks without hash ids,
+        private prompt blocks). ``private_keys``: the identities of its private blocks (the
+        last ones of ``anon_full``), given on a preemption, to queue them as hittable keys.
+
+        Its full anonymous blocks (the tail of its block table) join the free queue first, then
+        its keyed blocks last to first; a keyed block still held by another request stays in
+        use. Its partial block, and every block when prefix caching is off, becomes free and
+        never-used again (the reference keeps only full blocks cached, measured: a request of
+        327 KV tokens leaves 5 cached blocks and 1 free one).
+        """
         ref, lru = self.ref, self.lru
-        if private_keys:
+        if anon:
+            self.used_anon -= anon
+            if not self.prefix_caching:
+                anon_full = 0
+            run = anon_full - len(private_keys)
+            if run:
+                lru[_Run(run)] = None
+                self.run_extra += run - 1
             for key in reversed(private_keys):
                 lru[key] = None
-        elif private:
-            lru[_Run(private)] = None
-            self.run_extra += private - 1
-        self.used_anon -= anon
-        self.free_anon += anon - private - len(private_keys)
+            self.free_anon += anon - anon_full
         for key in reversed(keys):
             count = ref[key]
             if count == 1:
@@ -221,7 +239,7 @@ class KvCache:
         """
         runs = [k.size for k in self.lru if type(k) is _Run]
         assert self.run_extra == sum(runs) - len(runs) and min(runs, default=1) >= 1, (
-            f"KV private runs miscounted: {runs} with run_extra {self.run_extra}")
+            f"KV runs miscounted: {runs} with run_extra {self.run_extra}")
         total = self.free_anon + self.cached_blocks + len(self.ref) + self.used_anon
         assert total == self.capacity and min(self.free_anon, self.used_anon) >= 0, (
             f"KV blocks not conserved: free {self.free_anon} + cached {self.cached_blocks} + "

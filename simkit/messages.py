@@ -33,6 +33,17 @@ class Environment(simpy.Environment):
         return event
 
 
+class Reserve:
+    """Router -> decode worker (SGLang-style pairing): reserve room for ``request``'s KV; the
+    decode worker answers at its next pass boundary, and only then is the request sent to a
+    prefill worker (the reference's sglang core dispatches this way)."""
+
+    __slots__ = ("request",)
+
+    def __init__(self, request) -> None:
+        self.request = request
+
+
 class Handoff:
     """Prefill worker -> link -> decode worker: a request whose prompt KV was computed, with
     the prompt's block identity keys for ``block_size`` (so the decode side need not redo them)."""
@@ -83,3 +94,8 @@ class Inbox(simpy.Store):
         if items:
             self.items = []
         return items
+
+    def put_back(self, msg) -> None:
+        """Return ``msg``, taken by a ``get`` the owner then abandoned, to the head of the queue,
+        as if it had never been taken (no getter is waiting: the owner is busy)."""
+        self.items.insert(0, msg)

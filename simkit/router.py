@@ -24,6 +24,7 @@ from simkit.config import (
     RouterSpec,
     SessionAffinityRouter,
 )
+from simkit.messages import Reserve
 from simkit.probe import Probe
 from simkit.worker import Stuck
 
@@ -179,8 +180,18 @@ class Router:
                  decode_workers: Optional[Sequence] = None,
                  rngs: tuple[random.Random, random.Random] = (random.Random(0), random.Random(1)),
                  queue_spec: Optional[RouterQueueSpec] = None, dynamic: bool = False,
-                 policy_factory=None) -> None:
+                 policy_factory=None, pair_at_dispatch: bool = False) -> None:
         self.env = env
+        #: pick the decode worker when the request is dispatched, not when its KV arrives: SGLang's
+        #: PD disaggregation pairs prefill and decode workers up front (the reference's sglang
+        #: core does too: request i goes to decode worker i mod N under round robin). The
+        #: decode worker reserves room for the KV (at once if idle, else one request per pass
+        #: end, in order) and only then is the request sent to a prefill worker, as the
+        #: reference does (measured: a burst of requests paired with a busy decode worker is
+        #: reserved one per decode pass, and round robin over the prefill pool follows the
+        #: reservation order)
+        self.pair_at_dispatch = pair_at_dispatch
+        self.paired: dict = {}  #: rid -> decode worker chosen at dispatch
         self.probe = probe
         self.queue_spec = queue_spec or RouterQueueSpec()
         self.dynamic = dynamic
@@ -222,7 +233,18 @@ class Router:
 
     def _send(self, request, workers) -> None:
         self.probe.dispatched(request.rid, self.env.now)
+        if self.pair_at_dispatch:
+            decode = self.paired[request.rid] = self.decode_policy.pick(request, self.decode_workers)
+            if decode.idle:  # an idle decode worker reserves at once
+                self.send_reserved(request)
+            else:
+                decode.inbox.put(Reserve(request))
+            return
         self.entry_policy.pick(request, workers).inbox.put(request)
+
+    def send_reserved(self, request) -> None:
+        """A decode worker reserved room for ``request``: send it to a prefill worker."""
+        self.entry_policy.pick(request, self.entry_workers).inbox.put(request)
 
     def _busy(self, worker) -> bool:
         q = self.queue_spec
@@ -268,7 +290,11 @@ class Router:
         if not self.dynamic:
             while True:
                 handoff = yield self.handoff_queue.get()
-                self.decode_policy.pick(handoff.request, workers).inbox.put(handoff)
+                if self.pair_at_dispatch:  # sglang: its decode worker was chosen at dispatch
+                    worker = self.paired.pop(handoff.request.rid)
+                else:
+                    worker = self.decode_policy.pick(handoff.request, workers)
+                worker.inbox.put(handoff)
         held = self.held_handoffs
         while True:
             if held and workers:

@@ -5,13 +5,18 @@ Each forward pass (REFERENCE.md section 3, vLLM v1's scheduler):
 
 1. Running requests, oldest first, each take tokens from the budget
    ``max_num_batched_tokens``: one for a decode step, or the next prefill chunk
-   (``min(remaining prompt, budget left)``). If its new KV blocks do not fit, the newest
-   running request is preempted (its blocks freed, its progress recomputed later) until they
-   fit, possibly itself.
+   (``min(remaining prompt, budget left)``). If its new KV blocks do not fit, running requests
+   are preempted (their blocks freed, their progress recomputed later) until they fit,
+   possibly itself: with ``preemption_mode: lifo`` (vLLM's and the reference's default) the
+   newest first; with ``fifo`` the oldest first, taking back the tokens and blocks it was
+   given earlier in the same pass (as the reference's mocker does).
 2. Only if nothing was preempted, waiting requests are admitted in arrival order while the
    budget and ``max_num_seqs`` allow and the *whole* remaining prompt (minus its cached prefix)
    fits in free blocks; a request is never admitted because only its first chunk fits (bug
    class 3). Without chunked prefill the whole remaining prompt must fit in the budget.
+   ``backend: trtllm`` (TRT-LLM's GUARANTEED_NO_EVICT capacity scheduler, as the reference
+   models it) also requires the request's whole prompt + output to fit in the free blocks left
+   after reserving what every running request may still need, and never preempts.
 
 A request's progress is ``computed`` tokens with KV. While ``computed < prefill_target`` it
 is prefilling (``prefill_target`` is the prompt, or prompt + generated tokens after a
@@ -37,11 +42,13 @@ from __future__ import annotations
 from collections import Counter, deque
 from typing import Optional, Sequence
 
+import math
+
 from simkit.config import PoolSpec
 from simkit.kvcache import KvCache
 from simkit.request import Request
 
-__all__ = ["Seq", "Batch", "VllmScheduler", "private_suffixes"]
+__all__ = ["Seq", "Batch", "VllmScheduler", "SglangScheduler", "make_scheduler", "private_suffixes"]
 
 
 def private_suffixes(requests: Sequence[Request], block_sizes: Sequence[int]) -> Optional[list[int]]:
@@ -82,7 +89,7 @@ class Seq:
         self.held: list[int] = []  #: identity keys this request holds a reference on
         self.anon = 0  #: anonymous blocks it holds (private prompt blocks included)
         #: keys[private_from:] are private (no other request has them, see kvcache); -1 until
-        #: its first admission
+        #: its first registration
         self.private_from = -1
         self.private = 0  #: private prompt blocks it holds, counted in ``anon``
         #: a decode-pool request arrives with its prompt KV: its first step is a decode step
@@ -96,12 +103,15 @@ class Seq:
 class Batch:
     """One pass: ``entries`` of (seq, tokens, is_prefill) plus its latency-model shape."""
 
-    __slots__ = ("entries", "prefill_tokens", "decode_requests", "decode_context_tokens",
-                 "admitted", "preempted")
+    __slots__ = ("entries", "prefill_tokens", "prefill_requests", "prefill_start_tokens",
+                 "decode_requests", "decode_context_tokens", "admitted", "preempted")
 
     def __init__(self) -> None:
         self.entries: list[tuple[Seq, int, bool]] = []
         self.prefill_tokens = 0
+        self.prefill_requests = 0  #: requests computing prompt tokens in the pass
+        #: sum over them of the prompt tokens they had (computed or cached) before the pass
+        self.prefill_start_tokens = 0
         self.decode_requests = 0
         self.decode_context_tokens = 0
         self.admitted: list[tuple[Seq, int]] = []  #: (seq, cached prompt tokens) admitted now
@@ -121,6 +131,10 @@ class VllmScheduler:
         self.max_model_len = spec.max_model_len
         self.chunked = spec.enable_chunked_prefill
         self.caching = spec.enable_prefix_caching
+        #: preempt the oldest running request (fifo) instead of the newest (lifo, vLLM's way)
+        self.fifo_preemption = spec.preemption_mode == "fifo"
+        #: TRT-LLM GUARANTEED_NO_EVICT: admit against whole-request reservations, never preempt
+        self.no_evict = spec.backend == "trtllm"
         self.kv = KvCache(spec.num_gpu_blocks, spec.enable_prefix_caching)
         self.waiting: deque[Seq] = deque()
         self.running: list[Seq] = []
@@ -141,9 +155,19 @@ class VllmScheduler:
         tokens elsewhere) fits in the whole cache; and without chunked prefill that same peak
         fits in the token budget, since a request preempted late is recomputed in one pass
         (vLLM likewise requires ``max_num_batched_tokens >= max_model_len`` when chunked
-        prefill is off)."""
+        prefill is off). With ``backend: trtllm`` it may cut ``seq.output_len`` (see below)."""
         if self.max_model_len is not None and seq.prompt_len + seq.output_len > self.max_model_len:
             return False
+        if self.no_evict:
+            # TRT-LLM's enqueue normalisation, as the reference applies it: a prompt must leave
+            # room in the whole cache, and the output is cut to the room left (measured: a
+            # 1200-token prompt asking 200 tokens of a 1280-token cache generates 80)
+            room = self.kv.capacity * self.block_size - seq.prompt_len
+            if room <= 0:
+                return False
+            if self.role != "prefill" and seq.output_len > room:
+                seq.output_len = room
+            return self.chunked or seq.prompt_len + seq.output_len <= self.budget
         peak = seq.prompt_len if self.role == "prefill" else seq.prompt_len + max(seq.output_len - 1, 0)
         if -(-peak // self.block_size) > self.kv.capacity:
             return False
@@ -175,6 +199,8 @@ class VllmScheduler:
         if last <= first_block:
             return
         private_from = seq.private_from
+        if private_from < 0:
+            private_from = seq.private_from = self._private_from(seq)
         if last > private_from:  # private blocks stay anonymous while in use
             seq.private += last - max(first_block, private_from)
             last = private_from
@@ -190,25 +216,40 @@ class VllmScheduler:
         if private is None or not keys:
             return len(keys)
         req = seq.req
-        per = req.hash_block_size // self.block_size
-        return min(len(keys), private[req.rid] * per)
+        return min(len(keys), private[req.rid] * (req.hash_block_size // self.block_size))
 
-    def _free(self, seq: Seq) -> None:
-        self.kv.release(seq.held, seq.anon, seq.private)
+    @staticmethod
+    def _unschedule(batch: Batch, seq: Seq) -> None:
+        """Take ``seq``'s entry (scheduled earlier in this pass) out of ``batch``."""
+        for j, (s, n, is_prefill) in enumerate(batch.entries):
+            if s is seq:
+                del batch.entries[j]
+                if is_prefill:
+                    batch.prefill_tokens -= n
+                    batch.prefill_requests -= 1
+                    batch.prefill_start_tokens -= seq.computed
+                else:
+                    batch.decode_requests -= 1
+                    batch.decode_context_tokens -= seq.computed + n
+                return
+
+    def _free(self, seq: Seq, preempted: bool = False) -> None:
+        """Release all of ``seq``'s blocks (its KV holds ``seq.computed`` tokens): the full
+        anonymous ones as if its private blocks were keyed (then they follow them, as keys on
+        a preemption, since the request may hit them again)."""
+        held, anon, private = seq.held, seq.anon, seq.private
+        full = min(anon - private, max(0, seq.computed // self.block_size - len(held) - private))
+        if preempted and private:
+            start = seq.private_from
+            self.kv.release(held, anon, full + private, seq.keys[start:start + private])
+        else:
+            self.kv.release(held, anon, full + private)
         seq.held, seq.anon, seq.private = [], 0, 0
 
     def _preempt(self, seq: Seq) -> None:
-        # it may hit its own blocks when readmitted: free its private blocks as keys, and
-        # track its keys one by one from now on
-        if seq.private:
-            start = seq.private_from
-            self.kv.release(seq.held, seq.anon, private_keys=seq.keys[start:start + seq.private])
-        else:
-            self.kv.release(seq.held, seq.anon)
-        seq.held = []
-        seq.anon = 0
-        seq.private = 0
-        seq.private_from = len(seq.keys)
+        self._free(seq, preempted=True)
+        if seq.keys is not None:  # from now on its keys are tracked one by one
+            seq.private_from = len(seq.keys)
         seq.computed = 0
         seq.prefill_target = seq.prompt_len + seq.generated
         seq.transferred = False
@@ -234,8 +275,17 @@ class VllmScheduler:
                 n = 1
                 is_prefill = False
             need = -(-(computed + n) // bs) - len(seq.held) - seq.anon
+            if self.no_evict and need > kv.free_blocks:
+                break  # reservations make this unreachable; never evict under no-evict
             while need > kv.free_blocks:
-                victim = running.pop()
+                if self.fifo_preemption:
+                    victim = running.pop(0)
+                    if victim is not seq:
+                        i -= 1
+                        self._unschedule(batch, victim)
+                        budget = self.budget - batch.prefill_tokens - batch.decode_requests
+                else:
+                    victim = running.pop()
                 self._preempt(victim)
                 batch.preempted.append(victim)
                 if victim is seq:
@@ -248,6 +298,8 @@ class VllmScheduler:
             if is_prefill:
                 self._register(seq, computed // bs, computed + n)
                 batch.prefill_tokens += n
+                batch.prefill_requests += 1
+                batch.prefill_start_tokens += computed
             else:
                 batch.decode_requests += 1
                 batch.decode_context_tokens += computed + n
@@ -258,18 +310,18 @@ class VllmScheduler:
             self._admit(batch, budget)
         return batch if entries else None
 
-    def _admit(self, batch: Batch, budget: int) -> None:
+    def _admit(self, batch: Batch, budget: int, only_transferred: bool = False) -> None:
         bs = self.block_size
         kv = self.kv
         waiting = self.waiting
         running = self.running
         while waiting and budget > 0 and len(running) < self.max_num_seqs:
             seq = waiting[0]
+            if only_transferred and not seq.transferred:
+                break
             if seq.keys is None:
                 seq.keys = seq.req.block_keys(bs) if self.caching else []
             keys = seq.keys
-            if seq.private_from < 0:  # keys may come with a handoff
-                seq.private_from = self._private_from(seq)
             hits = in_lru = 0
             if keys:
                 limit = len(keys) if seq.transferred else (seq.prefill_target - 1) // bs
@@ -287,6 +339,9 @@ class VllmScheduler:
             whole = -(-max(seq.prefill_target, start + n) // bs) - hits
             if whole > kv.free_blocks - in_lru:
                 break
+            if self.no_evict and (-(-self._final_tokens(seq) // bs) - hits
+                                  > kv.free_blocks - in_lru - self._reserved_blocks()):
+                break
             waiting.popleft()
             if hits:
                 kv.acquire(keys[:hits])
@@ -298,6 +353,8 @@ class VllmScheduler:
             if is_prefill:
                 self._register(seq, hits, start + n)
                 batch.prefill_tokens += n
+                batch.prefill_requests += 1
+                batch.prefill_start_tokens += start
             else:
                 self._register(seq, hits, seq.prompt_len)
                 batch.decode_requests += 1
@@ -306,6 +363,16 @@ class VllmScheduler:
             batch.admitted.append((seq, 0 if seq.transferred else hits * bs))
             running.append(seq)
             budget -= n
+
+    def _final_tokens(self, seq: Seq) -> int:
+        """KV tokens ``seq`` holds when it ends here: its prompt on a prefill worker, else
+        prompt + output (TRT-LLM reserves the last token's slot too)."""
+        return seq.prompt_len if self.role == "prefill" else seq.prompt_len + seq.output_len
+
+    def _reserved_blocks(self) -> int:
+        """Blocks running requests may still allocate before they end (no-evict admission)."""
+        bs = self.block_size
+        return sum(max(0, -(-self._final_tokens(s) // bs) - len(s.held) - s.anon) for s in self.running)
 
     def complete(self, batch: Batch) -> tuple[list[Seq], list[Seq], list[Seq]]:
         """Apply a finished pass.
@@ -337,6 +404,7 @@ class VllmScheduler:
             self.running = [s for s in self.running if id(s) not in gone]
             for seq in finished:
                 self._free(seq)
+                seq.held, seq.anon = [], 0
             for seq in prefilled:
                 self.held[seq.rid] = seq
         return emitted, finished, prefilled
@@ -412,8 +480,236 @@ class VllmScheduler:
             self.running = [s for s in self.running if id(s) not in gone]
             for seq in finished:
                 self._free(seq)
+                seq.held, seq.anon = [], 0
         return rids, finished
 
     def release(self, rid: int) -> None:
         """Free the KV of a prefilled request once the handoff link has moved it."""
-        self._free(self.held.pop(rid))
+        seq = self.held.pop(rid)
+        self._free(seq)
+        seq.held, seq.anon = [], 0
+
+
+class SglangScheduler(VllmScheduler):
+    """SGLang-like batch formation (``backend: sglang``; semantics in
+    :class:`simkit.config.SglangSpec`), sharing the paged KV cache, prefix caching, roles and
+    pass completion of :class:`VllmScheduler`.
+
+    Each pass is an extend pass if one can form (the prompt being chunked continues first,
+    then waiting requests are admitted against the chunk, prefill and KV budgets), else a
+    decode pass of every running request whose prompt is done, after retracting requests
+    until every one of them can grow by a token. SGLang's prefix cache is a radix tree over
+    ``page_size`` pages; here it is the block-identity cache (the same hits: whole pages of
+    equal prefixes). Sources: SGLang ``python/sglang/srt/managers/schedule_policy.py``
+    (PrefillAdder: budgets, page-aligned truncation against the chunk budget left),
+    ``scheduler.py`` (extend before decode, new_token_ratio decay and reset) and
+    ``schedule_batch.py`` (retract_decode: fewest output tokens first, then the longest
+    prompt); checked against the reference's sglang core (a 4-token prompt and the first 4
+    tokens of an 8-token one share an 8-token chunk budget; a decoding request waits during
+    another's extend passes).
+    """
+
+    #: SGLang's defaults: initial new-token ratio (x schedule_conservativeness), its floor as a
+    #: fraction of that, and the passes the linear decay takes
+    INIT_NEW_TOKEN_RATIO = 0.7
+    MIN_NEW_TOKEN_RATIO_FACTOR = 0.14
+    NEW_TOKEN_RATIO_DECAY_PASSES = 600
+    #: lpm orders by prefix match only up to this many waiting requests (then fifo), as SGLang
+    LPM_MAX_WAITING = 128
+
+    def __init__(self, spec: PoolSpec, role: str) -> None:
+        super().__init__(spec, role)
+        sg = spec.sglang
+        self.lpm = sg.schedule_policy == "lpm"
+        #: tokens of prompt chunks per extend pass; None: no chunking
+        self.chunk_budget = (sg.chunked_prefill_size or spec.max_num_batched_tokens) if self.chunked else None
+        self.budget = self.chunk_budget or sg.max_prefill_tokens  # the liveness guard's pass size
+        self.chunked = True  # a long prompt is admitted whole when chunking is off: no budget cap
+        self.max_prefill_tokens = sg.max_prefill_tokens
+        self.budgets_on_chunks = sg.budgets_count_chunks
+        self.clip_max_new_tokens = sg.clip_max_new_tokens
+        self.init_ratio = self.INIT_NEW_TOKEN_RATIO * sg.schedule_conservativeness
+        self.min_ratio = self.init_ratio * self.MIN_NEW_TOKEN_RATIO_FACTOR
+        self.ratio_step = (self.init_ratio - self.min_ratio) / self.NEW_TOKEN_RATIO_DECAY_PASSES
+        self.new_token_ratio = self.init_ratio
+
+    def fits_ever(self, seq: Seq) -> bool:
+        """:meth:`VllmScheduler.fits_ever`, and room for the prompt in whole pages plus the
+        output beside it in the empty cache: SGLang admits a prompt only while its pages and
+        its (clipped) output stay below the free tokens (a recompute after a retraction too),
+        so a request that fills the cache would wait forever (found by hypothesis)."""
+        if not super().fits_ever(seq):
+            return False
+        if self.role == "prefill":
+            return -(-seq.prompt_len // self.block_size) * self.block_size < self.kv.capacity * self.block_size
+        return seq.prompt_len + seq.output_len + self.block_size <= self.kv.capacity * self.block_size
+
+    def schedule(self) -> Optional[Batch]:
+        batch = Batch()
+        reset = self._extend(batch)
+        if not batch.entries:
+            reset = self._decode(batch) or reset
+            if not batch.entries:
+                return None
+        if reset:
+            self.new_token_ratio = self.init_ratio
+        self._decay_ratio()
+        return batch
+
+    def _decay_ratio(self) -> None:
+        self.new_token_ratio = max(self.new_token_ratio - self.ratio_step, self.min_ratio)
+
+    def _lookup(self, seq: Seq) -> tuple[int, int]:
+        """(blocks of ``seq``'s prompt cached here, of which free), for a fresh admission."""
+        if seq.keys is None:
+            seq.keys = seq.req.block_keys(self.block_size) if self.caching else []
+        if not seq.keys:
+            return 0, 0
+        return self.kv.match(seq.keys, (seq.prefill_target - 1) // self.block_size)
+
+    def _order_waiting(self) -> None:
+        """lpm: the longest cached prefix first (stable); fifo beyond LPM_MAX_WAITING."""
+        waiting = self.waiting
+        if not self.lpm or len(waiting) < 2 or len(waiting) > self.LPM_MAX_WAITING:
+            return
+        fresh = [s for s in waiting if not s.transferred]
+        if len(fresh) < 2:
+            return
+        fresh.sort(key=lambda s: -self._lookup(s)[0])
+        self.waiting = deque(fresh + [s for s in waiting if s.transferred])
+
+    def _extend(self, batch: Batch) -> bool:
+        """Fill an extend pass into ``batch``; returns whether KV ran out (ratio reset)."""
+        bs = self.block_size
+        kv = self.kv
+        running = self.running
+        # a prefill worker generates nothing here: it reserves no output
+        clip = 0 if self.role == "prefill" else self.clip_max_new_tokens
+        rem_chunk = self.chunk_budget if self.chunk_budget is not None else math.inf
+        rem_input = self.max_prefill_tokens
+        ratio = self.new_token_ratio
+        rem_total = kv.free_blocks * bs - sum(
+            min(s.output_len - s.generated, clip) * ratio for s in running if s.computed >= s.prefill_target)
+        for seq in running:  # the prompt being chunked (at most one) continues first
+            if seq.computed >= seq.prefill_target:
+                continue
+            computed = seq.computed
+            remaining = seq.prefill_target - computed
+            n = int(min(remaining, rem_chunk, rem_total))
+            if n <= 0:
+                break
+            need = -(-(computed + n) // bs) - len(seq.held) - seq.anon
+            if need > kv.free_blocks:
+                return True
+            if need > 0:
+                kv.allocate(need)
+                seq.anon += need
+            self._add_prefill(batch, seq, computed, n)
+            paged = -(-n // bs) * bs
+            rem_total -= paged + (min(seq.output_len - seq.generated, clip) if n == remaining else 0)
+            rem_input -= paged
+            rem_chunk -= paged
+        self._order_waiting()
+        waiting = self.waiting
+        while waiting and len(running) < self.max_num_seqs and rem_input > 0 and rem_chunk > 0:
+            seq = waiting[0]
+            if seq.transferred:
+                break  # a decode-pool request joins the next decode pass
+            hits, in_lru = self._lookup(seq)
+            start = hits * bs
+            extend = seq.prefill_target - start
+            paged = -(-extend // bs) * bs
+            reserve = min(seq.output_len - seq.generated, clip)
+            if not self.budgets_on_chunks:  # SGLang: the whole remaining prompt is charged
+                if extend + reserve >= rem_total or (paged >= rem_input and batch.entries):
+                    break
+            if paged <= rem_chunk:
+                n = extend
+            else:  # chunked: a page-aligned piece of what is left of the chunk budget
+                n = int(rem_chunk) // bs * bs
+                if n <= 0:
+                    break
+                paged, reserve = n, 0
+            if self.budgets_on_chunks and (paged + reserve >= rem_total or (paged > rem_input and batch.entries)):
+                break
+            alloc = -(-(start + n) // bs) - hits
+            if alloc > kv.free_blocks - in_lru:
+                return True
+            waiting.popleft()
+            if hits:
+                kv.acquire(seq.keys[:hits])
+                seq.held = seq.keys[:hits]
+            kv.allocate(alloc)
+            seq.anon = alloc
+            seq.computed = start
+            self._add_prefill(batch, seq, start, n)
+            batch.admitted.append((seq, start))
+            running.append(seq)
+            rem_total -= paged + reserve
+            rem_input -= paged
+            rem_chunk -= paged
+        return False
+
+    def _add_prefill(self, batch: Batch, seq: Seq, start: int, n: int) -> None:
+        batch.entries.append((seq, n, True))
+        batch.prefill_tokens += n
+        batch.prefill_requests += 1
+        batch.prefill_start_tokens += start
+
+    def _decode(self, batch: Batch) -> bool:
+        """Fill a decode pass into ``batch``, retracting under KV pressure; returns whether
+        anything was retracted. Decode-pool requests whose prompt KV arrived join it."""
+        bs = self.block_size
+        kv = self.kv
+        running = self.running
+
+        def growth() -> int:
+            return sum(max(0, -(-(s.computed + 1) // bs) - len(s.held) - s.anon)
+                       for s in running if s.computed >= s.prefill_target)
+
+        retracted = False
+        need = growth()
+        while need > kv.free_blocks and len(running) > 1:
+            # SGLang's retract_decode: the fewest output tokens first, then the longest prompt
+            victim = min(running, key=lambda s: (s.generated, -s.prompt_len))
+            running.remove(victim)
+            self._preempt(victim)
+            batch.preempted.append(victim)
+            retracted = True
+            need = growth()
+        if need > kv.free_blocks:
+            return retracted  # one request that cannot grow: fits_ever makes this unreachable
+        for seq in running:
+            computed = seq.computed
+            if computed < seq.prefill_target:
+                continue  # a chunked prompt waiting for the next extend pass
+            more = -(-(computed + 1) // bs) - len(seq.held) - seq.anon
+            if more > 0:
+                kv.allocate(more)
+                seq.anon += more
+            batch.entries.append((seq, 1, False))
+            batch.decode_requests += 1
+            batch.decode_context_tokens += computed + 1
+        if not retracted:
+            self._admit(batch, self.max_num_seqs, only_transferred=True)
+        return retracted
+
+    def complete(self, batch: Batch) -> tuple[list[Seq], list[Seq], list[Seq]]:
+        # the radix tree takes a prompt's pages when its extend pass has run, so prompts in the
+        # same pass do not share them (the reference: measured, a prompt admitted beside
+        # another with the same first 512 tokens reuses none of them)
+        bs = self.block_size
+        for seq, n, is_prefill in batch.entries:
+            if is_prefill:
+                self._register(seq, seq.computed // bs, seq.computed + n)
+        return super().complete(batch)
+
+    def complete_decode_run(self, batch: Batch, passes: int) -> tuple[list[int], list[Seq]]:
+        for _ in range(passes - 1):  # the per-pass path decays once per scheduled pass
+            self._decay_ratio()
+        return super().complete_decode_run(batch, passes)
+
+
+def make_scheduler(spec: PoolSpec, role: str) -> VllmScheduler:
+    """The scheduler of ``spec.backend`` for a worker in ``role``."""
+    return SglangScheduler(spec, role) if spec.backend == "sglang" else VllmScheduler(spec, role)

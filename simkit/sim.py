@@ -118,9 +118,14 @@ class Simulation:
         self.router = Router(env, scenario.router, self.router_queue, self.worker_pools[entry_name].routable, probe,
                              handoff_queue=handoff_queue, decode_workers=decode.routable if decode else None,
                              rngs=(streams.get("router"), streams.get("router_decode")),
-                             queue_spec=scenario.router_queue, dynamic=dynamic, policy_factory=router_policy)
+                             queue_spec=scenario.router_queue, dynamic=dynamic, policy_factory=router_policy,
+                             pair_at_dispatch=(scenario.pools.decode is not None
+                                               and scenario.pools.decode.backend == "sglang"))
         if self.link is not None and scenario.link.timing_mode == "destination_missing":
             self.link.place = self.router.place_decode
+        if self.router.pair_at_dispatch:
+            for worker in self.pools["decode"]:
+                worker.on_reserved = self.router.send_reserved
         if scenario.router_queue.enabled:
             self._pass_end_hook = self.router.poke
             for worker in self.pools[entry_name]:
@@ -243,6 +248,7 @@ class Simulation:
             for w in workers:
                 where["inboxes"] += sum(1 for m in w.inbox.items if carries_request(m))
                 where["inboxes"] += w.in_hand is not None and carries_request(w.in_hand)
+                where["inboxes"] += len(w.pending_reserve)
                 where["waiting"] += len(w.sched.waiting)
                 where["running"] += len(w.sched.running)
                 kv = w.sched.kv

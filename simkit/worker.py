@@ -20,6 +20,7 @@ Layer L3: imports simpy, scheduler, engine, probe.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
+from collections import deque
 
 from typing import Callable, Optional
 
@@ -29,11 +30,11 @@ from simpy.events import Event
 from simkit.config import PoolSpec
 from simkit.engine import LatencyModel
 from simkit.kvcache import PublishedBlocks
-from simkit.messages import Drain, Handoff, Inbox, Released
+from simkit.messages import Drain, Handoff, Inbox, Released, Reserve
 from simkit.probe import COMPLETED, REJECTED, Probe
 from simkit.records import PassRecord
 from simkit.request import Request
-from simkit.scheduler import Seq, VllmScheduler
+from simkit.scheduler import Seq, make_scheduler
 
 #: passes in the first chunk of a fast-forwarded decode run (then doubling)
 FIRST_CHUNK = 128
@@ -93,7 +94,7 @@ class Worker:
         self.latency = latency
         self.probe = probe
         self.handoff = handoff
-        self.sched = VllmScheduler(spec, role)
+        self.sched = make_scheduler(spec, role)
         self.inbox = Inbox(env)
         self.rank = rank  #: tie-break order of same-instant pass boundaries
         #: run repeated pure-decode passes as one timeout (exactly equal results; see serve)
@@ -107,7 +108,7 @@ class Worker:
         self.stalled = 0  #: passes in a row without a token or a finished prompt
         #: PassRecord rows of this worker's passes, when recording
         self.pass_log: Optional[list] = [] if record_passes else None
-        #: a message taken from the inbox during a fast-forwarded run, accepted at its pass end
+        #: a message taken from the inbox during a fast-forwarded run, put back at its pass end
         self.in_hand = None
         #: called after each pass (the router re-checks its busy thresholds)
         self.on_pass_end: Optional[Callable[[], None]] = None
@@ -121,6 +122,12 @@ class Worker:
         #: with a KV event lag: what the router has heard of this worker's cache
         self.published: Optional[PublishedBlocks] = None
         self.event_lag_s = 0.0
+
+        #: decode pool with pairing at dispatch: called with a request whose KV room this
+        #: worker reserved (at its pass boundary), to send it on to a prefill worker
+        self.on_reserved: Optional[Callable[[Request], None]] = None
+        #: requests waiting for this (busy) decode worker to reserve room for their KV
+        self.pending_reserve: deque = deque()
 
     def publish_kv_events(self, lag_s: float) -> None:
         """From now on, announce blocks stored and evicted; the router's view of this worker's
@@ -153,6 +160,12 @@ class Worker:
 
     # ------------------------------------------------------------------ read-only snapshot
     # (what routing policies may read; see simkit.router.Routable)
+
+    @property
+    def idle(self) -> bool:
+        """Whether this worker has nothing to run (no pass in progress or due) and no
+        reservation pending."""
+        return not self.sched.has_work() and not self.pending_reserve
 
     @property
     def kv_capacity_blocks(self) -> int:
@@ -219,6 +232,9 @@ class Worker:
         if type(msg) is Drain:
             self.draining = True
             return
+        if type(msg) is Reserve:
+            self.pending_reserve.append(msg.request)  # answered one per pass boundary (serve)
+            return
         if type(msg) is Handoff:
             seq = Seq(msg.request, transferred=True)
             if msg.block_size == self.sched.block_size and self.sched.caching:
@@ -243,11 +259,14 @@ class Worker:
         env, sched, inbox, probe = self.env, self.sched, self.inbox, self.probe
         pass_time_s = self.latency.pass_time_s
         pairs_wanted = getattr(self.latency, "needs_prefill_attention", False)
+        #: models that price a multi-request prefill differently (the reference polynomial)
+        priced = getattr(self.latency, "priced_prefill_tokens", None)
         pool, wid = self.pool, self.wid
         prompt_pool = self.role != "decode"
         rank = self.rank
+        pending_reserve = self.pending_reserve
         while True:
-            if not sched.has_work():
+            if not sched.has_work() and not pending_reserve:
                 if self.draining and not sched.held and not inbox.items and not self.expected_handoffs:
                     self.on_stop(self)
                     return
@@ -255,6 +274,10 @@ class Worker:
             yield PassBoundary(env, rank)
             for msg in inbox.drain():
                 self._accept(msg)
+            if pending_reserve:
+                # the reference's sglang core reserves one pending destination per pass end
+                # (all at once while idle: the loop comes back here at the same instant)
+                self.on_reserved(pending_reserve.popleft())
             batch = sched.schedule()
             if batch is None:
                 if sched.has_work():  # blocked on KV held for handoffs: wait for a message
@@ -264,12 +287,15 @@ class Worker:
             for seq, cached in batch.admitted:
                 lookup = seq.prefill_target if prompt_pool else 0
                 probe.admitted(seq.rid, now, pool, wid, cached, lookup)
-            if pairs_wanted and batch.prefill_tokens:
-                dt = pass_time_s(batch.prefill_tokens, batch.decode_requests, batch.decode_context_tokens,
+            prefill_tokens = batch.prefill_tokens
+            if batch.prefill_requests > 1 and priced is not None:
+                prefill_tokens = priced(prefill_tokens, batch.prefill_requests, batch.prefill_start_tokens)
+            if pairs_wanted and prefill_tokens:
+                dt = pass_time_s(prefill_tokens, batch.decode_requests, batch.decode_context_tokens,
                                  prefill_attention_pairs(batch))
             else:
-                dt = pass_time_s(batch.prefill_tokens, batch.decode_requests, batch.decode_context_tokens)
-            if self.fast_forward:
+                dt = pass_time_s(prefill_tokens, batch.decode_requests, batch.decode_context_tokens)
+            if self.fast_forward and not pending_reserve:
                 k = sched.decode_run_length(batch)
                 if k > 1:
                     yield from self._decode_run(batch, k)
@@ -311,7 +337,7 @@ class Worker:
         pass end at or after its arrival, the boundary where the per-pass path would take it.
         Tokens and completions are applied once, at the end, with their per-pass times.
 
-        ``k`` is :meth:`VllmScheduler.decode_run_length` of ``batch`` (> 1).
+        ``k`` is :meth:`~simkit.scheduler.VllmScheduler.decode_run_length` of ``batch`` (> 1).
 
         Yields: the inbox get OR the end of the current chunk, per chunk; after an arrival,
         a timeout to the pass end that follows it.
@@ -364,6 +390,6 @@ class Worker:
         now = env.now
         for seq in finished:
             self.probe.finished(seq.rid, now, COMPLETED)
-        if msg is not None:
+        if msg is not None:  # back to the inbox: the loop takes it as pass-by-pass stepping would
             self.in_hand = None
-            self._accept(msg)
+            self.inbox.put_back(msg)

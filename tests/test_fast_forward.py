@@ -37,6 +37,15 @@ def cases(draw):
         "enable_prefix_caching": draw(st.booleans()),
         "enable_chunked_prefill": draw(st.booleans()),
     }
+    backend = draw(st.sampled_from(["vllm", "sglang", "trtllm"]))
+    pool["backend"] = backend
+    if backend == "vllm":
+        pool["preemption_mode"] = draw(st.sampled_from(["lifo", "fifo"]))
+    if backend == "sglang":
+        pool["sglang"] = {"schedule_policy": draw(st.sampled_from(["fifo", "lpm"])),
+                          "max_prefill_tokens": draw(st.sampled_from([128, 16384])),
+                          "clip_max_new_tokens": draw(st.sampled_from([16, 4096])),
+                          "schedule_conservativeness": draw(st.sampled_from([0.3, 1.0, 2.0]))}
     latency = draw(st.sampled_from([
         {"kind": "polynomial"},
         {"kind": "polynomial", "speedup_ratio": 3.0},

@@ -1,5 +1,7 @@
-"""Invariants on many generated runs: every request ends exactly once, KV blocks are conserved
-and never exceed ``num_gpu_blocks`` at any pass, tokens never exceed the requested output."""
+"""Invariants on many generated runs over every backend (vllm with lifo or fifo preemption,
+sglang with its settings, trtllm): every request ends exactly once, the run always terminates,
+KV blocks are conserved and never exceed ``num_gpu_blocks`` at any pass, no pass exceeds the
+token budget or ``max_num_seqs``, tokens never exceed the requested output."""
 
 from __future__ import annotations
 
@@ -40,6 +42,16 @@ def scenarios(draw):
         "enable_prefix_caching": draw(st.booleans()),
         "enable_chunked_prefill": draw(st.booleans()),
     }
+    backend = pool["backend"] = draw(st.sampled_from(["vllm", "sglang", "trtllm"]))
+    if backend == "vllm":
+        pool["preemption_mode"] = draw(st.sampled_from(["lifo", "fifo"]))
+    elif backend == "sglang":
+        pool["sglang"] = {"schedule_policy": draw(st.sampled_from(["fifo", "lpm"])),
+                          "chunked_prefill_size": draw(st.sampled_from([None, 128, 1024])),
+                          "max_prefill_tokens": draw(st.sampled_from([256, 16384])),
+                          "clip_max_new_tokens": draw(st.sampled_from([8, 4096])),
+                          "schedule_conservativeness": draw(st.sampled_from([0.1, 1.0, 3.0])),
+                          "budgets_count_chunks": draw(st.booleans())}
     if draw(st.booleans()):
         data = {"pools": {"aggregated": pool}}
     else:
@@ -49,14 +61,27 @@ def scenarios(draw):
     return scenario_from_dict(data)
 
 
-def _check_every_pass(sched) -> None:
-    """Wrap one worker's scheduler so block conservation is asserted around every pass."""
+def _check_every_pass(sched, spec) -> None:
+    """Wrap one worker's scheduler so block conservation, the token budget and
+    ``max_num_seqs`` are asserted around every pass."""
     schedule, complete = sched.schedule, sched.complete
+    if spec.backend != "sglang":
+        budget = spec.max_num_batched_tokens
+    elif spec.enable_chunked_prefill:
+        budget = spec.sglang.chunked_prefill_size or spec.max_num_batched_tokens
+    else:
+        budget = None  # SGLang admits a long prompt whole when chunking is off
 
     def checked_schedule():
         batch = schedule()
         sched.kv.check()
         assert sched.kv.used_blocks <= sched.kv.capacity
+        if batch is not None:
+            assert len(batch.entries) <= spec.max_num_seqs
+            if budget is not None:
+                assert batch.prefill_tokens + batch.decode_requests <= budget
+            if spec.backend == "sglang":  # an extend pass or a decode pass, never both
+                assert not (batch.prefill_tokens and batch.decode_requests)
         return batch
 
     def checked_complete(batch):
@@ -67,20 +92,22 @@ def _check_every_pass(sched) -> None:
     sched.schedule, sched.complete = checked_schedule, checked_complete
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenario=scenarios(), requests=workloads())
 def test_every_request_ends_exactly_once_and_kv_is_conserved(scenario, requests):
     sim = build(scenario, requests)
     workers = [w for ws in sim.pools.values() for w in ws]
+    specs = dict(scenario.pools.named())
     for w in workers:
-        _check_every_pass(w.sched)
+        _check_every_pass(w.sched, specs[w.pool])
     records = sim.run()
+    assert records.stop_reason == "completed", records.stop_detail  # the run always terminates
     assert [r.rid for r in records.requests] == list(range(len(requests)))
     for rec, req in zip(records.requests, requests):
         assert rec.status in ("completed", "rejected")  # no cap: nothing left incomplete
         assert rec.output_length <= req.output_length
-        if rec.status == "completed":
-            assert rec.output_length == req.output_length
+        if rec.status == "completed" and specs["decode" if "decode" in specs else "aggregated"].backend != "trtllm":
+            assert rec.output_length == req.output_length  # (trtllm may cut it to the cache)
             assert rec.finished_at >= rec.arrived_at
             if req.output_length:
                 assert rec.arrived_at <= rec.first_token_at <= rec.last_token_at == rec.finished_at

@@ -60,3 +60,31 @@ def test_register_many_matches_register_one_by_one():
     assert (a.ref, a.used_anon) == (b.ref, b.used_anon)
     a.check()
     b.check()
+
+
+def test_one_free_queue_full_anonymous_blocks_age_like_cached_ones():
+    # vLLM's single free-block queue (and the reference): request A frees keyed 1, 2 at t1;
+    # request B frees 2 full decode blocks and 1 partial block at t2. The partial block is
+    # plain free and taken first; then the queue head: A's blocks (2 before 1: reverse order),
+    # and only then B's anonymous full blocks. Before this model, simkit took B's anonymous
+    # blocks first and kept A's prefix cached longer than the reference did.
+    kv = KvCache(5)
+    kv.allocate(5)
+    kv.register_many([1, 2])
+    kv.release([1, 2], 0)  # A
+    kv.release([], 3, anon_full=2)  # B
+    assert (kv.free_anon, kv.cached_blocks, kv.free_blocks) == (1, 4, 5)
+    kv.allocate(2)  # the partial block, then evicts key 2
+    assert kv.match([1, 2], 2) == (1, 1)
+    kv.allocate(1)  # evicts key 1
+    assert kv.match([1], 1) == (0, 0)
+    assert kv.cached_blocks == 2  # B's two anonymous full blocks are next
+    kv.check()
+
+
+def test_without_prefix_caching_freed_blocks_are_plain_free():
+    kv = KvCache(4, prefix_caching=False)
+    kv.allocate(4)
+    kv.release([], 4, anon_full=3)
+    assert (kv.free_anon, kv.cached_blocks) == (4, 0)
+    kv.check()

@@ -2,7 +2,8 @@
 keys (simkit.kvcache). The cache must behave exactly as when every key is tracked: the same
 records, bit for bit, on generated workloads that mix shared prefixes with private tails,
 under KV pressure (evictions that split runs, preemptions that release private blocks as keys),
-aggregated and disaggregated, with block conservation checked at every instant."""
+aggregated and disaggregated, on every backend, with block conservation checked at every
+instant."""
 
 from __future__ import annotations
 
@@ -38,7 +39,10 @@ def cases(draw):
         "max_num_batched_tokens": draw(st.sampled_from([64, 512, 4096])),
         "max_num_seqs": draw(st.integers(1, 8)),
         "enable_chunked_prefill": draw(st.booleans()),
+        "backend": draw(st.sampled_from(["vllm", "vllm", "sglang", "trtllm"])),
     }
+    if pool["backend"] == "vllm":
+        pool["preemption_mode"] = draw(st.sampled_from(["lifo", "fifo"]))
     data = {"latency": {"kind": "polynomial"}, "max_sim_time_s": draw(st.sampled_from([None, 1.0]))}
     if draw(st.booleans()):
         data["pools"] = {"aggregated": pool}
@@ -78,7 +82,7 @@ def test_a_run_is_evicted_block_by_block_in_lru_order():
     kv = KvCache(10)
     kv.allocate(6)  # request A: 2 shared keys, then 4 private blocks
     kv.register_many([1, 2])
-    kv.release([1, 2], anon=4, private=4)
+    kv.release([1, 2], anon=4, anon_full=4)
     # LRU: [run of 4, key 2, key 1] (the prompt's last blocks first)
     assert kv.free_blocks == 10 and kv.cached_blocks == 6 and kv.used_blocks == 0
     kv.allocate(4 + 3)  # 4 anonymous free blocks, then evict 3 of the run's 4

@@ -141,3 +141,16 @@ def test_output_length_zero_and_one():
     # disaggregated: a 0-token request never crosses the link
     (d0,) = run([req(0, 0, 1000, 0)], mode="disaggregated")
     assert (d0.status, d0.handed_off_at, d0.decode_worker) == ("completed", None, None)
+
+
+def test_reference_prices_prefill_from_batch_means_when_asked():
+    # r0 (512 tokens, trace block [0]) warms block 0; at 1 s r1 (898 tokens, [0, 1]) and r2
+    # (7543 tokens, [0, 100..114]) hit 512 each and prefill together: 386 + 7031 = 7417 tokens.
+    # The reference prices k * (E // k - S // k) with k = 2, S = 512 + 512, E = 898 + 7543:
+    # 2 * (4220 - 512) = 7416 (measured on ai-dynamo-runtime 1.6.1: TTFT 152.255511 ms).
+    reqs = [req(0, 0, 512, 1, [0]), req(1, 1000, 898, 2, [0, 1]), req(2, 1000, 7543, 3, [0] + list(range(100, 115)))]
+    exact = run(reqs)
+    assert ttft(exact[1]) == ttft(exact[2]) == ms(P(7417))
+    means = run(reqs, latency={"kind": "polynomial", "prefill_tokens_from_batch_means": True})
+    assert ttft(means[1]) == ttft(means[2]) == ms(P(7416))
+    assert ttft(means[1]) == pytest.approx(152.255511, abs=1e-6)

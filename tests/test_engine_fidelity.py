@@ -1,0 +1,122 @@
+"""Engine behaviours with exact, hand-derived outcomes: preemption order, backends, and the
+engine bug classes of REFERENCE.md section 8 not covered in test_timing.py / test_kvcache.py.
+
+Times use the constant latency model (prefill pass 10 ms, decode pass 4 ms, a mixed pass
+both) unless a derivation says otherwise; compared in ms up to float rounding.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from simkit.config import scenario_from_dict
+from simkit.sim import simulate
+
+from conftest import D, P, req, run
+
+ms = lambda x: pytest.approx(x, rel=1e-9)  # noqa: E731
+CONST = {"kind": "constant", "prefill_ms": 10.0, "decode_ms": 4.0}
+
+
+@pytest.mark.parametrize("mode, victim", [("lifo", 2), ("fifo", 0)])
+def test_preemption_order_lifo_takes_the_newest_fifo_the_oldest(mode, victim):
+    # 5 blocks of 16 tokens; three 16-token prompts (1 block each), 4 output tokens each.
+    # pass 1 [0, 10]: prefill 48 tokens, token 1 for all (3 blocks used).
+    # pass 2 at 10: each decode needs a 2nd block; r0 and r1 take the last two; r2 finds none.
+    #   lifo: the newest running request, r2 itself, is preempted.
+    #   fifo: the oldest, r0, is preempted: its pass-2 entry and blocks are taken back and r2
+    #   gets a block. Either way two decode [10, 14], [14, 18], [18, 22]: they end at 22 ms.
+    #   The victim's prompt block stays cached but its recompute needs 1 more block, free only
+    #   at 22: pass [22, 32] recomputes 1 token (16 cached) and emits token 2; then 36, 40.
+    recs = run([req(i, 0, 16, 4, [i], tbs=16) for i in range(3)], block_size=16, num_gpu_blocks=5,
+               latency=CONST, preemption_mode=mode)
+    for r in recs:
+        assert r.ttft_s * 1000 == ms(10.0)
+        assert r.finished_at * 1000 == ms(40.0 if r.rid == victim else 22.0)
+    assert recs[victim].cached_tokens == 0  # first admission: nothing cached yet
+
+
+def test_preemption_mode_is_validated():
+    from simkit.config import ConfigError
+    with pytest.raises(ConfigError, match=r"expected one of: lifo, fifo, got 'random' @ \$\.pools\.aggregated\.preemption_mode"):
+        scenario_from_dict({"pools": {"aggregated": {"preemption_mode": "random"}}})
+
+
+def test_trtllm_guaranteed_no_evict_admits_only_whole_requests_that_fit():
+    # 10 blocks of 16 tokens. r0: 64-token prompt + 64 output = 128 tokens = 8 blocks to
+    # completion; r1: 32 + 8 = 40 tokens = 3 blocks. 8 + 3 > 10, so under trtllm r1 waits
+    # although its prompt (2 blocks) fits beside r0's (4 blocks).
+    # r0: prefill [0, 10], then 63 decode passes: ends at 10 + 63 * 4 = 262 ms.
+    # r1: admitted at 262: prefill [262, 272], 7 decode passes: ends at 300 ms.
+    reqs = [req(0, 0, 64, 64, tbs=16), req(1, 0, 32, 8, tbs=16)]
+    r0, r1 = run(reqs, block_size=16, num_gpu_blocks=10, latency=CONST, backend="trtllm")
+    assert (r0.ttft_s * 1000, r0.finished_at * 1000) == (ms(10.0), ms(262.0))
+    assert (r1.first_admitted_at * 1000, r1.ttft_s * 1000, r1.finished_at * 1000) == (ms(262.0), ms(272.0), ms(300.0))
+    # vllm admits r1 at once (its prompt fits): both prompts in the first pass
+    v0, v1 = run(reqs, block_size=16, num_gpu_blocks=10, latency=CONST)
+    assert v0.ttft_s == v1.ttft_s == pytest.approx(0.010)
+
+
+def test_trtllm_cuts_the_output_to_the_cache_and_rejects_prompts_that_fill_it():
+    # 160-token cache: a 150-token prompt asking 20 tokens generates the 10 that fit (as the
+    # reference does: measured 1200 + 200 on 1280 tokens gives 80); a 160-token prompt leaves
+    # no room and is rejected; the request behind both completes.
+    reqs = [req(0, 0, 150, 20, tbs=16), req(1, 0, 160, 5, tbs=16), req(2, 0, 16, 3, tbs=16)]
+    r0, r1, r2 = run(reqs, block_size=16, num_gpu_blocks=10, latency=CONST, backend="trtllm")
+    assert (r0.status, r0.output_length, r0.requested_output_length) == ("completed", 10, 20)
+    assert (r1.status, r1.output_length) == ("rejected", 0)
+    # r0 reserves all 10 blocks: r2 waits until r0 ends (10 + 9 * 4 = 46 ms), then 10 + 2 * 4
+    assert (r0.finished_at * 1000, r2.first_admitted_at * 1000, r2.finished_at * 1000) == (ms(46.0), ms(46.0), ms(64.0))
+
+
+SGLANG = {"backend": "sglang", "block_size": 4, "num_gpu_blocks": 1000, "sglang": {"chunked_prefill_size": 8}}
+
+
+def run_pages_of_4(requests, **pool):
+    """``requests`` on one aggregated worker with 4-token blocks (pages) and ``pool`` settings."""
+    data = {"workload": {"kind": "synthetic", "trace_block_size": 4}, "pools": {"aggregated": pool}}
+    return simulate(scenario_from_dict(data), requests).requests
+
+
+def test_sglang_packs_a_prompt_and_a_chunk_of_another_into_the_chunk_budget():
+    # chunk budget 8 tokens, pages of 4: r0's 4-token prompt takes 4; r1's 8-token prompt does
+    # not fit what is left, so it takes a page-aligned chunk of 4. Pass 1 [0, P(8)]: r0's
+    # token 1. Pass 2 is an extend pass for r1's last 4 tokens (r0 does not decode in it):
+    # r1's token 1 at P(8) + P(4). Then decode passes of both (a = 5 + 9, then 6 + 10, ...).
+    # Measured on the reference (sglang core, same settings): TTFT 16.622914 and 33.185074 ms.
+    r0, r1 = run_pages_of_4([req(0, 0, 4, 3, [1], tbs=4), req(1, 0, 8, 4, [2, 3], tbs=4)], **SGLANG)
+    C = 1000 * 4
+    assert r0.ttft_s * 1000 == ms(P(8))
+    assert r1.ttft_s * 1000 == ms(P(8) + P(4))
+    assert r0.ttft_s * 1000 == pytest.approx(16.622914, abs=1e-6)
+    assert r1.ttft_s * 1000 == pytest.approx(33.185074, abs=1e-6)
+    assert r0.second_token_at * 1000 == ms(P(8) + P(4) + D(5 + 9, C))
+    # vllm mixes: pass 2 is r1's last 4 prompt tokens plus r0's decode
+    v0, v1 = run_pages_of_4([req(0, 0, 4, 3, [1], tbs=4), req(1, 0, 8, 4, [2, 3], tbs=4)], block_size=4,
+                            num_gpu_blocks=1000, max_num_batched_tokens=8)
+    assert v1.ttft_s * 1000 == ms(P(8) + P(4) + D(5, C))
+
+
+def test_sglang_decode_waits_while_another_prompt_extends():
+    # r0 (1000 tokens, 100 output) decodes; r1's 20000-token prompt arrives at 100 ms and takes
+    # three extend passes (8192, 8192, 3616 tokens) in which r0 produces nothing. Measured on
+    # the reference: r0 ends at 1022.940723 ms, r1's TTFT is 416.791015 ms.
+    recs = run([req(0, 0, 1000, 100), req(1, 100, 20000, 3)], backend="sglang",
+               latency={"kind": "polynomial", "prefill_tokens_from_batch_means": True})
+    assert recs[0].finished_at * 1000 == pytest.approx(1022.940723, abs=1e-5)
+    assert recs[1].ttft_s * 1000 == pytest.approx(416.791015, abs=1e-5)
+
+
+@pytest.mark.parametrize("pool, message", [
+    ({"sglang": {"schedule_policy": "lpm"}}, "'sglang' settings apply only to backend: sglang @ $.pools.aggregated"),
+    ({"backend": "trtllm", "preemption_mode": "fifo"},
+     "'preemption_mode' applies only to backend: vllm (trtllm never preempts by it) @ $.pools.aggregated"),
+    ({"backend": "sglang", "sglang": {"schedule_policy": "longest"}},
+     "expected one of: fifo, lpm, got 'longest' @ $.pools.aggregated.sglang.schedule_policy"),
+])
+def test_backend_settings_that_would_be_ignored_are_refused(pool, message):
+    # bug class 5: an accepted key must change behaviour, so settings of another backend fail
+    from simkit.config import ConfigError
+    with pytest.raises(ConfigError) as err:
+        scenario_from_dict({"pools": {"aggregated": pool}})
+    assert err.value.messages == [f"<scenario>: {message}"]
