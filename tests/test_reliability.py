@@ -96,7 +96,8 @@ def test_ctrl_c_writes_partial_results_marked_incomplete(tmp_path, monkeypatch, 
 
     monkeypatch.setattr(PolynomialModel, "pass_time_s", interrupting)
     out = tmp_path / "o"
-    assert main(["scenarios/agg.yaml", "--out", str(out), "--no-plots", "--quiet", *SMALL]) == 130
+    # a scenario priced by the polynomial model (interrupted from inside it)
+    assert main(["scenarios/reference_agg.yaml", "--out", str(out), "--no-plots", "--quiet", *SMALL]) == 130
     assert "run stopped (interrupted)" in capsys.readouterr().err
     summary = json.loads((out / "summary.json").read_text())
     assert summary["stop"]["reason"] == "interrupted" and summary["stop"]["incomplete"] is True
