@@ -1,6 +1,8 @@
 """Fit the roofline model's efficiencies and overheads per GPU; writes simkit/data/calibration.json.
 
     python benchmarks/calibrate_roofline.py [--vidur ../shared/data/vidur_profiling]
+
+(needs scipy: pip install -e ".[bench]")
                                             [--silicon PATH/silicon_sample.csv] [--dry-run]
 
 Data (none of it is scored by benchmarks/silicon_accuracy.py except as stated):

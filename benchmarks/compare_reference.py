@@ -33,8 +33,7 @@ SHARED = os.path.join(os.path.dirname(REPO), "shared")
 sys.path.insert(0, REPO)
 
 from simkit.config import load_scenario, parse_overrides  # noqa: E402
-from simkit.output import request_rows  # noqa: E402
-from simkit.report import nearest_rank, summarize  # noqa: E402
+from simkit.report import nearest_rank, request_rows, summarize  # noqa: E402
 from simkit.sim import simulate  # noqa: E402
 
 
