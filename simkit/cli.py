@@ -204,6 +204,12 @@ def compare_main(argv: Sequence[str]) -> int:
     args = _compare_parser().parse_args(argv)
     from simkit.api import load_result
 
+    if args.plot:
+        ext = os.path.splitext(args.plot)[1].lower()
+        if ext not in (".png", ".pdf", ".svg"):
+            return _fail([f"{args.plot}: --plot writes .png, .pdf or .svg, not {ext or 'a file without extension'}"])
+        if os.path.exists(args.plot) and not args.force:
+            return _fail([f"{args.plot}: exists; choose another --plot or add --force"])
     results = []
     for run_dir in args.runs:
         if not os.path.isfile(os.path.join(run_dir, "summary.json")):
@@ -215,8 +221,6 @@ def compare_main(argv: Sequence[str]) -> int:
             return _fail([f"{run_dir}: cannot read the run: {lines[0]}"])
     print(compare_table(results))
     if args.plot:
-        if os.path.exists(args.plot) and not args.force:
-            return _fail([f"{args.plot}: exists; choose another --plot or add --force"])
         fig = results[0].plot_cdf(*results[1:])
         try:
             fig.savefig(args.plot, dpi=110, metadata={"Software": None})
@@ -272,13 +276,15 @@ def step_main(argv: Sequence[str]) -> int:
     from simkit.hardware import HardwareError, load_gpu, load_model
 
     try:
-        contexts = [int(c) for c in args.decode_contexts.split(",") if c.strip()]
+        items = args.decode_contexts.split(",") if args.decode_contexts.strip() else []
+        contexts = [int(c) for c in items]
     except ValueError:
-        return _fail([f"--decode-contexts {args.decode_contexts!r}: expected comma-separated integers, e.g. 1000,2500"])
+        return _fail([f"simkit step: --decode-contexts {args.decode_contexts!r}: expected comma-separated "
+                      "integers, e.g. 1000,2500"])
     if args.prefill_tokens < 0 or any(c < 1 for c in contexts) or args.tp < 1:
-        return _fail(["--prefill-tokens must be >= 0, --decode-contexts >= 1 each and --tp >= 1"])
+        return _fail(["simkit step: --prefill-tokens must be >= 0, --decode-contexts >= 1 each and --tp >= 1"])
     if not args.prefill_tokens and not contexts:
-        return _fail(["empty pass: give --prefill-tokens and/or --decode-contexts"])
+        return _fail(["simkit step: empty pass: give --prefill-tokens and/or --decode-contexts"])
     try:
         load_model(args.model)
         load_gpu(args.gpu)

@@ -396,10 +396,11 @@ class ConstantLatency:
     speedup_ratio: float = field(default=1.0, validator=_pos)
 
 
-def _load_or_fail(field_name: str, load, value: str) -> None:
-    """Validate a name or path by loading it; a HardwareError becomes the field's error."""
+def _load_or_fail(field_name: str, load, value: str):
+    """Validate a name or path by loading it (returned); a HardwareError becomes the field's
+    error."""
     try:
-        load(value)
+        return load(value)
     except hardware.HardwareError as exc:
         raise FieldValueError(field_name, str(exc)) from None
 
@@ -459,8 +460,12 @@ class RooflineLatency(_Deployment):
     speedup_ratio: float = field(default=1.0, validator=_pos)
 
     def __attrs_post_init__(self) -> None:
-        _load_or_fail("model", hardware.load_model, self.model)
+        arch = _load_or_fail("model", hardware.load_model, self.model)
         _load_or_fail("gpu", hardware.load_gpu, self.gpu)
+        try:
+            hardware.check_tensor_parallel(arch, self.tensor_parallel_size)
+        except ValueError as exc:
+            raise FieldValueError("tensor_parallel_size", str(exc)) from None
 
 
 
@@ -1044,8 +1049,9 @@ converter = _make_converter()
 converter.register_structure_hook_factory(attrs.has, _mapping_factory)
 for _union, _kinds in _UNIONS.items():
     converter.register_structure_hook(_union, _kind_hook(_kinds))
-_latency_hook = _kind_hook(_UNIONS[LatencySpec])
-converter.register_structure_hook(Optional[LatencySpec], lambda v, t: None if v is None else _latency_hook(v, t))
+for _union in (LatencySpec, PlannerSpec):  # optional kind-tagged fields: null or a tagged mapping
+    converter.register_structure_hook(
+        Optional[_union], lambda v, t, hook=_kind_hook(_UNIONS[_union]): None if v is None else hook(v, t))
 # model-on-GPU latency specs: ``kind`` first in dumps (attrs puts base-class fields first)
 converter.register_unstructure_hook_func(
     lambda t: isinstance(t, type) and issubclass(t, _Deployment) and t is not _Deployment,
@@ -1299,12 +1305,14 @@ def load_scenario(path: str, overrides: Optional[list[tuple[str, Any]]] = None) 
         raise ConfigError([f"{path}: {exc} @ $"]) from None
     base_dir = os.path.dirname(os.path.abspath(path))
     _resolve_workload_path(data, base_dir)
-    _default_search_path(data, base_dir)
     for key, value in overrides or []:
         _set_dotted(data, key, value, source=f"--set {key}")
         if key == "workload" or (key.startswith("workload.") and key.endswith(".path")) or (
                 key.startswith("workload.") and isinstance(value, dict)):
             _resolve_workload_path(data, os.getcwd())
+    # after the overrides, so that a policy switched to ``kind: python`` by --set also imports
+    # from the scenario's folder
+    _default_search_path(data, base_dir)
     try:
         return scenario_from_dict(data, source=path)
     except ConfigError as exc:

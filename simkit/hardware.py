@@ -441,10 +441,13 @@ def load_pass_table(path: str) -> PassTable:
         except (ValueError, IndexError):
             raise HardwareError(f"{path}:{line}: expected three integers >= 0 and a time > 0 in ms, "
                                 f"got {','.join(row)!r}") from None
-        if r == 0 and n > 0:
-            prefill[n] = ms
-        elif n == 0 and r > 0:
-            decode[(r, c / r)] = ms
+        table, key = (prefill, n) if r == 0 and n > 0 else (decode, (r, c / r)) if n == 0 and r > 0 else (None, None)
+        if table is None:
+            continue
+        if key in table:
+            raise HardwareError(f"{path}:{line}: a second row for the same pass shape "
+                                f"({n},{r},{c}); each shape needs exactly one time")
+        table[key] = ms
     if len(prefill) < 2:
         raise HardwareError(f"{path}: needs prefill-only rows (decode_requests 0) at >= 2 prefill_tokens values")
     reqs = sorted({k[0] for k in decode})
@@ -455,3 +458,17 @@ def load_pass_table(path: str) -> PassTable:
     ns = sorted(prefill)
     return PassTable(tuple(ns), tuple(prefill[n] for n in ns), tuple(reqs), tuple(ctxs),
                      tuple(tuple(decode[(r, c)] for c in ctxs) for r in reqs))
+
+
+def check_tensor_parallel(arch: ModelArch, tp: int) -> None:
+    """Raise ValueError unless ``tp`` GPUs can split ``arch``'s attention as vLLM does: the
+    query heads evenly, and the KV heads evenly or each replicated over ``tp / kv_heads`` GPUs
+    (MLA models have one shared latent KV: only the query heads count). Source: vLLM's
+    ``ModelConfig.verify_with_parallel_config`` (heads divisible by TP) and
+    ``QKVParallelLinear`` (KV heads replicated when TP exceeds them)."""
+    if arch.num_heads % tp:
+        raise ValueError(f"tensor_parallel_size {tp} does not divide {arch.name}'s {arch.num_heads} attention heads")
+    kv = arch.num_kv_heads
+    if not arch.kv_lora_rank and kv % tp and tp % kv:
+        raise ValueError(f"tensor_parallel_size {tp} neither divides nor is a multiple of {arch.name}'s "
+                         f"{kv} KV heads")

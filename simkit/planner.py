@@ -351,7 +351,10 @@ PLANNER_POLICIES = {StaticPlanner: StaticPolicy, ThresholdPlanner: ThresholdPoli
 
 
 class PlannerPolicyError(Stuck):
-    """A user planner policy broke its protocol during the run (the run stops, as stuck)."""
+    """A user planner policy raised or broke its protocol during the run (the run stops with
+    ``stop_reason`` ``policy_error``)."""
+
+    reason = "policy_error"
 
 
 def make_planner_policy(spec: PlannerSpec, factory=None):

@@ -159,6 +159,7 @@ class RunRecords:
         passes: forward passes run, per pool name.
         stop_reason: why the run ended: ``completed`` (every request ended), ``time_cap``
             (``max_sim_time_s``), ``stuck`` (the liveness guard fired or nothing could move),
+            ``policy_error`` (a user router or planner policy raised or broke its protocol),
             ``interrupted`` (Ctrl-C) or ``check_failed`` (an invariant broke under ``--check``).
         stop_detail: the diagnostic for the last three.
         pass_log: every forward pass (:class:`PassRecord`, by worker then time), when asked for.

@@ -133,8 +133,10 @@ ROUTING_POLICIES = {RoundRobinRouter: RoundRobin, LeastLoadedRouter: LeastLoaded
 
 
 class PolicyError(Stuck):
-    """A user policy broke its protocol during the run (e.g. picked a worker not offered): the
-    run stops, with this diagnostic, as a stuck run does."""
+    """A user policy raised or broke its protocol during the run (e.g. picked a worker not
+    offered): the run stops with ``stop_reason`` ``policy_error`` and this diagnostic."""
+
+    reason = "policy_error"
 
 
 class CheckedPolicy:

@@ -182,8 +182,8 @@ class Simulation:
                 env.run(until=done if cap is None else env.any_of([done, env.timeout(cap)]))
             if not done.triggered:
                 reason = "time_cap"
-        except Stuck as exc:
-            reason, detail = "stuck", str(exc)
+        except Stuck as exc:  # or a user policy's error (its own reason)
+            reason, detail = exc.reason, str(exc)
         except InvariantError as exc:
             reason, detail = "check_failed", str(exc)
         except KeyboardInterrupt:

@@ -125,19 +125,32 @@ def main(argv: Sequence[str]) -> int:
         return _fail(exc.messages)
     import time
 
+    # a point whose values are invalid is recorded as failed and the others run; but when no
+    # point is valid (a misspelt key, say) nothing is run or written
+    problems = []
+    for combo in combos:
+        try:
+            load_scenario(args.scenario, common + list(combo.items()))
+        except ConfigError as exc:
+            problems.append(exc.messages[0])
+    if problems and len(problems) == len(combos):
+        return _fail([f"no point of the grid is a valid scenario; the first: {problems[0]}"])
     out = args.out or os.path.join("runs", f"sweep-{base.name}-{time.strftime('%Y%m%d-%H%M%S')}")
     problem = _check_out(out, args.force, [args.scenario])
     if problem:
         return _fail([problem])
+    created = not os.path.exists(out)
     os.makedirs(out, exist_ok=True)
     scenario_path = os.path.abspath(args.scenario)
     jobs = [(scenario_path, common + list(combo.items()), os.path.join(out, f"run{i:03d}"))
             for i, combo in enumerate(combos)]
     try:
         outcomes = _execute(jobs, args.jobs, args.scheduler)
-    except ImportError:
-        return _fail(["--scheduler needs the 'distributed' package: pip install 'dask[distributed]'"])
-    except OSError as exc:
+    except (ImportError, OSError) as exc:
+        if created and not os.listdir(out):  # nothing ran: leave no empty folder behind
+            os.rmdir(out)
+        if isinstance(exc, ImportError):
+            return _fail(["--scheduler needs the 'distributed' package: pip install 'dask[distributed]'"])
         return _fail([f"--scheduler {args.scheduler}: cannot reach the Dask scheduler ({exc})"])
     except KeyboardInterrupt:
         print(f"simkit: sweep interrupted; finished runs are in {out}", file=sys.stderr)

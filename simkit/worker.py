@@ -57,6 +57,8 @@ class PassBoundary(Event):
 class Stuck(Exception):
     """A worker ran many passes without producing anything while work remained."""
 
+    reason = "stuck"  #: the run's stop_reason
+
 
 #: a worker that runs this many passes in a row without emitting a token or finishing a
 #: prompt, and more than twice the passes its remaining prompts need, is declared stuck

@@ -133,7 +133,7 @@ def test_bad_class_path_is_a_config_error():
 
 def test_a_policy_breaking_its_protocol_mid_run_stops_the_run(plugin_dir):
     records = simulate(with_router(plugin_dir, "Stranger"), [req(0, 0, 100, 2)])
-    assert records.stop_reason == "stuck"
+    assert records.stop_reason == "policy_error"
     assert records.stop_detail == ("router policy Stranger.pick returned 'not a worker', not one of the "
                                    "3 workers offered (request 0)")
 
@@ -143,7 +143,7 @@ def test_a_policy_breaking_its_protocol_mid_run_stops_the_run(plugin_dir):
 
     s = override(scenario(), {"planner": {"kind": "static", "interval_s": 1.0}})
     records = build(s, [req(0, 1500, 100, 2)], planner_policy=policy_factory(Bad(), "planner")).run()
-    assert records.stop_reason == "stuck" and "unknown pool(s) nosuch" in records.stop_detail
+    assert records.stop_reason == "policy_error" and "unknown pool(s) nosuch" in records.stop_detail
 
 
 def test_shipped_example_runs_its_policies():
