@@ -291,6 +291,7 @@ def step_main(argv: Sequence[str]) -> int:
         spec = RooflineLatency(model=args.model, gpu=args.gpu, tensor_parallel_size=args.tp,
                                precision=args.precision, kv_cache_dtype=args.kv_cache_dtype,
                                backend=args.backend)
+        spec.num_gpu_blocks(16)  # the weights must leave room for KV, as a scenario requires
     except (HardwareError, ValueError) as exc:
         return _fail([f"simkit step: {exc}"])
     print(step_table(RooflineModel(spec), args.prefill_tokens, contexts))

@@ -30,6 +30,8 @@ def one_error(capsys) -> str:
      "simkit step: --decode-contexts '1000,,3000': expected comma-separated integers, e.g. 1000,2500"),
     (["step", "--model", "Llama-3.1-8B", "--gpu", "H100", "--tp", "3", "--prefill-tokens", "10"],
      "simkit step: tensor_parallel_size 3 does not divide Llama-3.1-8B's 32 attention heads"),
+    (["step", "--model", "DeepSeek-V3", "--gpu", "L40S", "--prefill-tokens", "100"],
+     "less than one KV block; raise tensor_parallel_size or lower the precision"),
 ])
 def test_bad_values_are_one_line_errors(tmp_path, capsys, args, message):
     out = tmp_path / "out"
