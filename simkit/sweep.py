@@ -165,7 +165,10 @@ def main(argv: Sequence[str]) -> int:
     pareto(table, [k for k, _ in grid]).savefig(os.path.join(out, "pareto.png"), dpi=110,
                                                 metadata={"Software": None})
     with pd.option_context("display.width", 200, "display.max_columns", 30, "display.max_colwidth", 60):
-        print(table.to_string(index=False, float_format=lambda x: f"{x:.2f}"))
+        shown = table.copy()
+        for column in ("completed", "rejected"):  # nullable ints print <NA>; show "-" like the rest
+            shown[column] = shown[column].astype(object).where(shown[column].notna(), "-")
+        print(shown.to_string(index=False, na_rep="-", float_format=lambda x: f"{x:.2f}"))
     failed = int((table["status"] != "ok").sum())
     print(f"wrote {out} ({len(table)} runs, {failed} failed; sweep.csv, pareto.png)")
     return 1 if failed else 0
