@@ -779,6 +779,12 @@ def _gpu_budget():
     return field(default=None, validator=[_positive, _at_most(10_000_000)])
 
 
+def _scale_down_delay():
+    """Hysteresis: a pool's target goes down only once the policy has asked for fewer workers
+    at every tick for this long (s); 0: at once."""
+    return field(default=0.0, validator=_nonneg)
+
+
 @frozen
 class StaticPlanner:
     """Keeps every pool at its ``workers``: a baseline that still observes the pools every
@@ -787,6 +793,7 @@ class StaticPlanner:
     kind: Literal["static"] = "static"
     interval_s: float = _interval()  #: seconds between planner ticks
     gpu_budget: Optional[int] = _gpu_budget()
+    scale_down_delay_s: float = _scale_down_delay()
 
 
 @frozen
@@ -800,6 +807,7 @@ class ThresholdPlanner:
     kind: Literal["threshold"] = "threshold"
     interval_s: float = _interval()
     gpu_budget: Optional[int] = _gpu_budget()
+    scale_down_delay_s: float = _scale_down_delay()
     scale_up_kv_usage: float = field(default=0.7, validator=_pos + [_at_most(1)])  #: fraction
     scale_down_kv_usage: float = field(default=0.2, validator=_nonneg + [_at_most(1)])  #: fraction
     scale_up_queued_prefill_tokens: int = field(default=16384, validator=_tokens)
@@ -824,6 +832,7 @@ class SlaPlanner:
     kind: Literal["sla"] = "sla"
     interval_s: float = _interval()
     gpu_budget: Optional[int] = _gpu_budget()
+    scale_down_delay_s: float = _scale_down_delay()
     #: predictions must stay under this fraction of the SLA bounds (headroom)
     target_fraction: float = field(default=0.8, validator=_pos + [_at_most(1)])
     #: the TTFT percentile predicted (the wait's tail; see simkit.planner.SlaPolicy)
@@ -847,6 +856,7 @@ class PythonPlanner:
     search_path: Optional[str] = None
     interval_s: float = _interval()
     gpu_budget: Optional[int] = _gpu_budget()
+    scale_down_delay_s: float = _scale_down_delay()
 
     def __attrs_post_init__(self) -> None:
         _check_class_path(self.path)

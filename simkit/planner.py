@@ -397,6 +397,7 @@ class Planner:
                  gpus: Optional[simpy.Container], latency: dict, sla: SlaSpec, link: Optional[LinkSpec],
                  mode: str) -> None:
         self.env = env
+        self._lower_since: dict[str, float] = {}  #: pool -> first tick of an unbroken run of lower targets
         self.spec = spec
         self.policy = policy
         self.pools = pools
@@ -439,7 +440,7 @@ class Planner:
             if not isinstance(decision, Decision):
                 raise PlannerPolicyError(f"planner policy {type(self.policy).__name__}.plan returned "
                                          f"{decision!r}; expected a Decision or a {{pool: workers}} dict")
-            self.apply(self.clamp(snap, decision.targets))
+            self.apply(self.clamp(snap, self.hold_scale_down(snap, decision.targets)))
             self.record(snap)
             delay = self.spec.interval_s if decision.next_tick_s is None else decision.next_tick_s
             if not (isinstance(delay, (int, float)) and delay > 0 and math.isfinite(delay)):
@@ -498,6 +499,25 @@ class Planner:
                         requests_left=col.remaining)
 
     # ------------------------------------------------------------------ decisions
+
+    def hold_scale_down(self, snap: Snapshot, targets: Mapping) -> Mapping:
+        """``targets`` with each lower one held at the pool's current target until the policy has
+        asked for less at every tick for ``scale_down_delay_s`` (hysteresis: a worker started at
+        one tick is not cancelled at the next on noise). Before :meth:`clamp`, so the GPU budget
+        still holds."""
+        delay = self.spec.scale_down_delay_s
+        if not delay:
+            return targets
+        now, out = self.env.now, dict(targets)
+        for name, pool in snap.pools.items():
+            n = targets.get(name, pool.target)
+            if isinstance(n, int) and not isinstance(n, bool) and n < pool.target:
+                since = self._lower_since.setdefault(name, now)
+                if now - since < delay:
+                    out[name] = pool.target
+                    continue
+            self._lower_since.pop(name, None)
+        return out
 
     def clamp(self, snap: Snapshot, targets: Mapping) -> dict:
         """Targets within each pool's ``[min_workers, max_workers]`` and, with a GPU budget, with

@@ -300,3 +300,21 @@ def test_fast_forward_equals_per_pass_under_a_planner():
     assert len({c.active for c in fast.worker_counts if c.pool == "decode"}) > 1  # it did scale
     assert fast.requests == slow.requests and fast.token_times == slow.token_times
     assert fast.worker_counts == slow.worker_counts and fast.pool_samples == slow.pool_samples
+
+
+def test_scale_down_waits_for_scale_down_delay():
+    # the policy asks 2 workers at t=1 s, 1 at t=2, 2 at t=3, then 1 at t=4, 5, 6 and 7.
+    # Without hysteresis every dip drains the idle extra worker at once. With
+    # scale_down_delay_s 2.5: the dip at t=2 is held at 2 and broken by the 2 at t=3; the run
+    # of 1s from t=4 is held at t=5 (1 s) and t=6 (2 s) and applied at t=7 (3 s >= 2.5 s)
+    base, changes = scenario(latency=CONST), {"pools.aggregated.max_workers": 4, "max_sim_time_s": 9.0}
+    steps = {1.0: {"aggregated": 2}, 2.0: {"aggregated": 1}, 3.0: {"aggregated": 2}, 4.0: {"aggregated": 1},
+             5.0: {"aggregated": 1}, 6.0: {"aggregated": 1}, 7.0: {"aggregated": 1}}
+    reqs = [req(0, 9_500, 100, 2)]
+    records, _, _ = run_scripted(base, changes, reqs, steps)
+    assert counts(records, "aggregated") == [(0.0, 0, 1, 0), (1.0, 0, 2, 0), (2.0, 0, 1, 0), (3.0, 0, 2, 0),
+                                             (4.0, 0, 1, 0)]
+    records, _, _ = run_scripted(base, changes, reqs, steps, scale_down_delay_s=2.5)
+    assert counts(records, "aggregated") == [(0.0, 0, 1, 0), (1.0, 0, 2, 0), (7.0, 0, 1, 0)]
+    # 1 worker for 1 s, 2 for 6 s, 1 for 2 s
+    assert records.worker_seconds == {"aggregated": 1.0 + 12.0 + 2.0}
