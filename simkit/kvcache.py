@@ -198,6 +198,32 @@ class KvCache:
             self.on_event(True, list(taken))
         return taken
 
+    def adopt_many(self, keys: Sequence[int]) -> list[int]:
+        """Give the caller's anonymous blocks the identities ``keys`` in order, as SGLang's
+        radix tree does when it takes a just-computed prompt page: a key already present (held
+        by another request, or free and hittable) is shared instead, a reference taken on it
+        (out of the free queue if it was there), and the caller's duplicate block becomes free
+        and never-used at once (SGLang ``RadixCache.cache_unfinished_req`` frees the indices
+        the tree already had; measured on the reference: two identical prompts in one pass
+        leave the prompt cached once and the duplicate pages free, taken before any eviction).
+        Returns the keys the caller now holds (all of ``keys``)."""
+        ref, lru = self.ref, self.lru
+        new = []
+        for key in keys:
+            if key in ref:
+                ref[key] += 1
+            elif key in lru:
+                del lru[key]
+                ref[key] = 1
+            else:
+                ref[key] = 1
+                new.append(key)
+        self.used_anon -= len(keys)
+        self.free_anon += len(keys) - len(new)
+        if new and self.on_event is not None:
+            self.on_event(True, new)
+        return list(keys)
+
     def release(self, keys: Sequence[int], anon: int, anon_full: int = 0,
                 private_keys: Sequence[int] = ()) -> None:
         """Free a request's blocks: ``keys`` it holds with identity and ``anon`` without, of

@@ -142,6 +142,12 @@ class VllmScheduler:
         #: by request id, the index into its ``hash_ids`` from which every id is private (held by
         #: no other request, nor twice by it); None: unknown, track every key (see kvcache)
         self.private_ids: Optional[Sequence[int]] = None
+        #: a just-computed prompt block whose identity is already cached is swapped for the
+        #: cached one and freed (SGLang's radix tree); vLLM keeps the duplicate
+        self.adopt_duplicates = False
+        #: KV slots a decoding request holds beyond ``computed``: 1 where the engine gives the
+        #: newest generated token its slot when it is emitted (SGLang), else 0 (vLLM)
+        self.decode_slot = 0
 
     # ------------------------------------------------------------------ queue state
 
@@ -206,7 +212,10 @@ class VllmScheduler:
             last = private_from
             if last <= first_block:
                 return
-        taken = self.kv.register_many(keys[first_block:last])
+        if self.adopt_duplicates:
+            taken = self.kv.adopt_many(keys[first_block:last])
+        else:
+            taken = self.kv.register_many(keys[first_block:last])
         seq.held.extend(taken)
         seq.anon -= len(taken)
 
@@ -238,7 +247,11 @@ class VllmScheduler:
         anonymous ones as if its private blocks were keyed (then they follow them, as keys on
         a preemption, since the request may hit them again)."""
         held, anon, private = seq.held, seq.anon, seq.private
-        full = min(anon - private, max(0, seq.computed // self.block_size - len(held) - private))
+        tokens = seq.computed
+        if self.decode_slot and (tokens > seq.prefill_target or (
+                tokens == seq.prefill_target and 0 < seq.generated < seq.output_len)):
+            tokens += self.decode_slot  # the newest token's slot (none if it ended at its prefill)
+        full = min(anon - private, max(0, tokens // self.block_size - len(held) - private))
         if preempted and private:
             start = seq.private_from
             self.kv.release(held, anon, full + private, seq.keys[start:start + private])
@@ -432,10 +445,12 @@ class VllmScheduler:
         if len(entries) * (k // bs + 1) <= free:
             return k  # no request can need more than k // bs + 1 new blocks in k passes
 
+        slot = self.decode_slot
+
         def extra_blocks(passes: int) -> int:  # blocks needed by passes 2..passes
             total = 0
             for seq, _, _ in entries:
-                total += -(-(seq.computed + passes) // bs) - len(seq.held) - seq.anon
+                total += -(-(seq.computed + passes + slot) // bs) - len(seq.held) - seq.anon
             return total
 
         if extra_blocks(k) > free:
@@ -460,13 +475,14 @@ class VllmScheduler:
         what the per-pass allocations would).
         """
         bs = self.block_size
+        slot = self.decode_slot
         extra = 0
         finished = []
         rids = []
         for seq, _, _ in batch.entries:
             rids.append(seq.rid)
             computed = seq.computed + passes
-            need = -(-computed // bs) - len(seq.held) - seq.anon
+            need = -(-(computed + slot) // bs) - len(seq.held) - seq.anon
             if need > 0:
                 seq.anon += need
                 extra += need
@@ -532,6 +548,12 @@ class SglangScheduler(VllmScheduler):
         self.min_ratio = self.init_ratio * self.MIN_NEW_TOKEN_RATIO_FACTOR
         self.ratio_step = (self.init_ratio - self.min_ratio) / self.NEW_TOKEN_RATIO_DECAY_PASSES
         self.new_token_ratio = self.init_ratio
+        self.adopt_duplicates = True
+        # the reference's sglang core gives each generated token a KV slot as it is emitted
+        # (the first one right after its prefill pass, unless it is also the last), so a
+        # request ends holding prompt + output tokens; measured: a 60-token prompt with 4
+        # output tokens leaves 4 full 16-token pages cached, with 3 output tokens 3 pages
+        self.decode_slot = 1 if role == "aggregated" else 0
 
     def fits_ever(self, seq: Seq) -> bool:
         """:meth:`VllmScheduler.fits_ever`, and room for the prompt in whole pages plus the
@@ -662,9 +684,10 @@ class SglangScheduler(VllmScheduler):
         bs = self.block_size
         kv = self.kv
         running = self.running
+        slot = self.decode_slot
 
         def growth() -> int:
-            return sum(max(0, -(-(s.computed + 1) // bs) - len(s.held) - s.anon)
+            return sum(max(0, -(-(s.computed + 1 + slot) // bs) - len(s.held) - s.anon)
                        for s in running if s.computed >= s.prefill_target)
 
         retracted = False
@@ -683,7 +706,7 @@ class SglangScheduler(VllmScheduler):
             computed = seq.computed
             if computed < seq.prefill_target:
                 continue  # a chunked prompt waiting for the next extend pass
-            more = -(-(computed + 1) // bs) - len(seq.held) - seq.anon
+            more = -(-(computed + 1 + slot) // bs) - len(seq.held) - seq.anon
             if more > 0:
                 kv.allocate(more)
                 seq.anon += more
@@ -699,9 +722,20 @@ class SglangScheduler(VllmScheduler):
         # same pass do not share them (the reference: measured, a prompt admitted beside
         # another with the same first 512 tokens reuses none of them)
         bs = self.block_size
+        kv = self.kv
         for seq, n, is_prefill in batch.entries:
             if is_prefill:
                 self._register(seq, seq.computed // bs, seq.computed + n)
+        if self.decode_slot:
+            # the first token's slot, for a request that goes on decoding, before the requests
+            # that end in this pass free their pages (left to the next decode pass if no room)
+            for seq, n, is_prefill in batch.entries:
+                end = seq.computed + n
+                if is_prefill and end >= seq.prefill_target and seq.output_len - seq.generated > 1:
+                    need = -(-(end + self.decode_slot) // bs) - len(seq.held) - seq.anon
+                    if 0 < need <= kv.free_blocks:
+                        kv.allocate(need)
+                        seq.anon += need
         return super().complete(batch)
 
     def complete_decode_run(self, batch: Batch, passes: int) -> tuple[list[int], list[Seq]]:

@@ -147,15 +147,17 @@ class Worker:
 
     def _log_run(self, batch, ends: list, start: float) -> None:
         """Pass records of a fast-forwarded run, equal to those pass-by-pass stepping makes:
-        pass i's KV is what its own allocation would hold (blocks for computed + i tokens)."""
+        pass i's KV is what its own allocation would hold (blocks for computed + i tokens, plus the
+        newest token's slot where the engine gives one)."""
         bs = self.sched.block_size
         used0 = self.sched.kv.used_blocks  # after the first pass's allocation
         seqs = [seq for seq, _, _ in batch.entries]
-        first = [-(-(seq.computed + 1) // bs) for seq in seqs]
+        slot = self.sched.decode_slot  # the newest token's KV slot, where the engine gives one
+        first = [-(-(seq.computed + 1 + slot) // bs) for seq in seqs]
         n_req, ctx = batch.decode_requests, batch.decode_context_tokens
         prev = start
         for i, end in enumerate(ends):
-            used = used0 + sum(max(0, -(-(seq.computed + i + 1) // bs) - b) for seq, b in zip(seqs, first))
+            used = used0 + sum(max(0, -(-(seq.computed + i + 1 + slot) // bs) - b) for seq, b in zip(seqs, first))
             self.pass_log.append(PassRecord(self.pool, self.wid, prev, end, 0, n_req, ctx + i * n_req, used,
                                             0, 0))
             prev = end

@@ -107,6 +107,51 @@ def test_sglang_decode_waits_while_another_prompt_extends():
     assert recs[1].ttft_s * 1000 == pytest.approx(416.791015, abs=1e-5)
 
 
+def run_sglang_pages_of_16(requests, num_gpu_blocks):
+    """``requests`` on one sglang worker with 16-token pages, as the reference was probed."""
+    data = {"workload": {"kind": "synthetic", "trace_block_size": 16},
+            "latency": {"kind": "polynomial", "prefill_tokens_from_batch_means": True},
+            "pools": {"aggregated": {"backend": "sglang", "block_size": 16, "num_gpu_blocks": num_gpu_blocks,
+                                     "sglang": {"budgets_count_chunks": True}}}}
+    return simulate(scenario_from_dict(data), requests).requests
+
+
+def test_sglang_frees_a_duplicate_prompt_page_when_the_tree_already_has_it():
+    # 12 pages of 16 tokens. t=0: r0 and r1 bring the same 64-token prompt (4 pages each, in
+    # one extend pass, so neither reuses the other's). After the pass the radix tree keeps r0's
+    # pages; r1 is switched to them and its 4 duplicates are free at once. r0 ends with its
+    # only token; r1's 3 tokens need a 5th page (partial, freed when it ends). t=1 s: r2's 8
+    # unique pages fit the 8 free ones, so nothing is evicted, and at t=2 s r3 (the same 4
+    # pages + 1) reuses all 64 tokens and computes 16: TTFT P(16). Kept duplicates (vLLM's
+    # way) would be cached after r0's pages, and r2 would evict those first (r3: 0 cached).
+    # Measured on the reference (sglang core, same settings): 64 cached, TTFT 16.744 ms.
+    recs = run_sglang_pages_of_16([req(0, 0, 64, 1, [1, 2, 3, 4], tbs=16), req(1, 0, 64, 3, [1, 2, 3, 4], tbs=16),
+                                   req(2, 1000, 128, 1, range(11, 19), tbs=16),
+                                   req(3, 2000, 80, 1, [1, 2, 3, 4, 5], tbs=16)], num_gpu_blocks=12)
+    assert [r.cached_tokens for r in recs] == [0, 0, 0, 64]
+    assert recs[3].ttft_s * 1000 == ms(P(16))
+    assert recs[3].ttft_s * 1000 == pytest.approx(16.744, abs=1e-3)
+
+
+@pytest.mark.parametrize("output, cached", [(3, 48), (4, 32)])
+def test_sglang_gives_each_generated_token_a_kv_slot(output, cached):
+    # 16 pages of 16 tokens. r0's 4 prompt pages are cached from t=0. r1 (t=1 s) has a
+    # 60-token prompt: 3 full pages + 12 tokens. The reference's sglang core gives every
+    # generated token a slot as it is emitted, so r1 ends holding 60 + output tokens: with 3
+    # tokens 63 (its 4th page partial, freed), with 4 tokens 64 (4th page full, cached). So
+    # 16 - 4 - 3 = 9 or 16 - 4 - 4 = 8 pages are free when r2's 10 unique pages come at t=3 s:
+    # it evicts 1 or 2 pages, oldest leaf first, from the tail: r0's last ones. r3 (r0's 4
+    # pages + 1, t=4 s) then reuses 3 or 2 pages: 48 or 32 tokens, TTFT P(80 - cached).
+    # Measured on the reference: 48 cached (TTFT 16.988 ms) and 32 (17.231 ms).
+    recs = run_sglang_pages_of_16([req(0, 0, 64, 1, [31, 32, 33, 34], tbs=16),
+                                   req(1, 1000, 60, output, [1, 2, 3, 4], tbs=16),
+                                   req(2, 3000, 160, 1, range(11, 21), tbs=16),
+                                   req(3, 4000, 80, 1, [31, 32, 33, 34, 35], tbs=16)], num_gpu_blocks=16)
+    assert recs[3].cached_tokens == cached
+    assert recs[3].ttft_s * 1000 == ms(P(80 - cached))
+    assert recs[3].ttft_s * 1000 == pytest.approx({48: 16.988, 32: 17.231}[cached], abs=1e-3)
+
+
 @pytest.mark.parametrize("pool, message", [
     ({"sglang": {"schedule_policy": "lpm"}}, "'sglang' settings apply only to backend: sglang @ $.pools.aggregated"),
     ({"backend": "trtllm", "preemption_mode": "fifo"},
