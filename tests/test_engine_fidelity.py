@@ -152,6 +152,31 @@ def test_sglang_gives_each_generated_token_a_kv_slot(output, cached):
     assert recs[3].ttft_s * 1000 == pytest.approx({48: 16.988, 32: 17.231}[cached], abs=1e-3)
 
 
+@pytest.mark.parametrize("x_output, y_at_ms, cached", [(10, 20, 48), (20, 20, 64), (20, 340, 48)])
+def test_sglang_evicts_the_least_recently_used_leaf(x_output, y_at_ms, cached):
+    # 16 pages of 16 tokens. x (t=0): 4 prompt pages, inserted into the radix tree at the end
+    # of its prefill (17.5 ms), which uses its path; then it decodes one token per ~20 ms pass.
+    # y (4 unique pages, 1 token) is inserted at the end of its own prefill. z (t=1 s) needs 9
+    # pages with 8 free: it evicts 1 page of the least recently *used* leaf, from its tail.
+    # w (t=2 s) is x's 4 pages + 1: it reuses 3 pages (48 tokens) if x's path is the older.
+    # - x with 10 tokens holds 74 slots: no generated page completes, so its path was last
+    #   used at 17.5 ms, before y's (~37 ms), though x ends last (~200 ms): x loses a page.
+    #   (vLLM's least recently freed order would take y's page.)
+    # - x with 20 tokens completes its 5th page at token 16 (~318 ms); the page is inserted
+    #   then, which uses x's path after y's: y loses a page, w reuses all 64 tokens.
+    # - the same with y at 340 ms (inserted ~358 ms, before x ends at ~400 ms): x's last use
+    #   is the page insertion at ~318 ms, older than y's: x loses a page again.
+    # w's TTFT is P(80 - cached). Measured on the reference (sglang core, same settings):
+    # 48, 64, 48 tokens reused, TTFT 16.988, 16.744, 16.988 ms.
+    recs = run_sglang_pages_of_16([req(0, 0, 64, x_output, [1, 2, 3, 4], tbs=16),
+                                   req(1, y_at_ms, 64, 1, [11, 12, 13, 14], tbs=16),
+                                   req(2, 1000, 144, 1, range(21, 30), tbs=16),
+                                   req(3, 2000, 80, 1, [1, 2, 3, 4, 5], tbs=16)], num_gpu_blocks=16)
+    assert recs[3].cached_tokens == cached
+    assert recs[3].ttft_s * 1000 == ms(P(80 - cached))
+    assert recs[3].ttft_s * 1000 == pytest.approx({48: 16.988, 64: 16.744}[cached], abs=1e-3)
+
+
 @pytest.mark.parametrize("pool, message", [
     ({"sglang": {"schedule_policy": "lpm"}}, "'sglang' settings apply only to backend: sglang @ $.pools.aggregated"),
     ({"backend": "trtllm", "preemption_mode": "fifo"},
