@@ -279,12 +279,14 @@ class Worker:
             for msg in inbox.drain():
                 self._accept(msg)
             if pending_reserve:
-                # the reference's sglang core reserves one pending destination per pass end
-                # (all at once while idle: the loop comes back here at the same instant)
+                # the reference's sglang core reserves one pending destination per pass end,
+                # and, with no pass to run, one per event that reaches the worker (a prompt's
+                # KV arriving, another reservation): measured, a reservation left pending when
+                # the last decode ends waits for the next KV arrival
                 self.on_reserved(pending_reserve.popleft())
             batch = sched.schedule()
             if batch is None:
-                if sched.has_work():  # blocked on KV held for handoffs: wait for a message
+                if sched.has_work() or pending_reserve:  # blocked: wait for a message
                     self._accept((yield inbox.get()))
                 continue
             now = env.now

@@ -190,3 +190,27 @@ def test_backend_settings_that_would_be_ignored_are_refused(pool, message):
     with pytest.raises(ConfigError) as err:
         scenario_from_dict({"pools": {"aggregated": pool}})
     assert err.value.messages == [f"<scenario>: {message}"]
+
+
+def test_sglang_decode_worker_left_idle_holds_pending_reservations_until_kv_arrives():
+    # 4 prefill workers, 1 decode worker, 16-token pages (the reference's sglang core pairs a
+    # request with its decode worker at dispatch; the decode worker reserves room for it, one
+    # pending request per pass end, before it goes to a prefill worker). r0 (t=1 s) decodes 4
+    # tokens; r1..r4 arrive at 1025..1028 ms while it runs and are reserved at its pass ends:
+    # r1, r2, then r3 at r0's last pass end (r0 is done). The decode worker is then idle, and
+    # r4 stays pending until the next event reaches it: r1's KV, at r1's prefill end
+    # (1029.39 + P(64) = 1046.86 ms), not at once. Measured on the reference (same settings):
+    # r1..r4 admitted by their prefill workers 4.39, 9.35, 14.32, 18.86 ms after arriving.
+    data = {"workload": {"kind": "synthetic", "trace_block_size": 16},
+            "latency": {"kind": "polynomial", "prefill_tokens_from_batch_means": True},
+            "pools": {role: {"backend": "sglang", "block_size": 16, "num_gpu_blocks": 1000, "workers": n,
+                             "sglang": {"budgets_count_chunks": True}}
+                      for role, n in (("prefill", 4), ("decode", 1))}}
+    reqs = [req(0, 1000, 64, 4, [21, 22, 23, 24], tbs=16)]
+    reqs += [req(i, 1024 + i, 64, 2, [10 * i + 21 + j for j in range(4)], tbs=16) for i in range(1, 5)]
+    r0, r1, r2, r3, r4 = simulate(scenario_from_dict(data), reqs).requests
+    assert r3.first_admitted_at == r0.finished_at  # reserved at r0's last pass end
+    assert r4.first_admitted_at == r1.decode_admitted_at == r1.prefilled_at  # r1's KV arrives
+    assert r1.prefilled_at * 1000 == ms(r1.first_admitted_at * 1000 + P(64))
+    waits = [(r.first_admitted_at - r.arrived_at) * 1000 for r in (r1, r2, r3, r4)]
+    assert waits == pytest.approx([4.39, 9.35, 14.32, 18.86], abs=0.01)
