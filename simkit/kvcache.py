@@ -23,6 +23,9 @@ position the blocks would take one by one, and an allocation consumes a run bloc
 against that); only the per-block bookkeeping is gone. A preempted request may hit its own
 private blocks when readmitted, so it frees them as keys (``private_keys``).
 
+With ``by_touch`` (``backend: sglang``) the free blocks are ordered by their last *use*
+instead of their release, as SGLang's radix cache evicts (see :meth:`KvCache.release`).
+
 So ``free_anon + cached + len(ref) + used_anon == capacity`` at every step (:meth:`check`),
 where ``cached`` counts the blocks in ``lru`` (a run counts its size). A request holds a list of identity keys and a count of anonymous blocks;
 freeing returns a request's blocks to the queue's tail in reverse block order (its anonymous
@@ -35,7 +38,8 @@ scheduler decision made at a pass boundary, not a blocking wait (ARCHITECTURE.md
 
 from __future__ import annotations
 
-from collections import OrderedDict
+import heapq
+from collections import OrderedDict, deque
 from typing import Callable, Optional, Sequence
 
 __all__ = ["KvCache", "PublishedBlocks"]
@@ -54,9 +58,10 @@ class _Run:
 class KvCache:
     """Block manager for ``num_blocks`` KV blocks; ``prefix_caching`` enables identity reuse."""
 
-    __slots__ = ("capacity", "prefix_caching", "free_anon", "used_anon", "lru", "ref", "run_extra", "on_event")
+    __slots__ = ("capacity", "prefix_caching", "free_anon", "used_anon", "lru", "ref", "run_extra", "on_event",
+                 "by_touch", "heap", "buckets", "queued", "stamps", "pushes")
 
-    def __init__(self, num_blocks: int, prefix_caching: bool = True) -> None:
+    def __init__(self, num_blocks: int, prefix_caching: bool = True, by_touch: bool = False) -> None:
         self.capacity = num_blocks
         self.prefix_caching = prefix_caching
         self.free_anon = num_blocks
@@ -68,6 +73,16 @@ class KvCache:
         #: (stored=True: hittable from now on) or lose it to eviction (stored=False). Private
         #: blocks (never hittable by another request) are not announced.
         self.on_event: Optional[Callable[[bool, list], None]] = None
+        #: order free blocks by their last use instead of their release (see :meth:`release`)
+        self.by_touch = by_touch
+        #: by_touch: the free order, one bucket per last-use stamp (a min-heap of stamps, and
+        #: per stamp its (push id, entry) in queueing order, which is deepest first); entries
+        #: acquired or queued again since are stale, skipped by their push id
+        self.heap: list[int] = []
+        self.buckets: dict[int, deque] = {}
+        self.queued = 0
+        self.stamps: dict[int, int] = {}  #: by_touch: a keyed block's last use by a holder
+        self.pushes = 0
 
     @property
     def cached_blocks(self) -> int:
@@ -127,7 +142,9 @@ class KvCache:
         take = min(n, self.free_anon)
         self.free_anon -= take
         evict = n - take
-        if evict:
+        if evict and self.by_touch:
+            self._evict_by_touch(evict)
+        elif evict:
             lru = self.lru
             if self.on_event is not None:
                 self.on_event(False, self._first_keys(evict))
@@ -141,6 +158,53 @@ class KvCache:
             else:
                 self._evict_with_runs(evict)
         self.used_anon += n
+
+    def _bucket(self, stamp: int) -> deque:
+        bucket = self.buckets.get(stamp)
+        if bucket is None:
+            bucket = self.buckets[stamp] = deque()
+            heapq.heappush(self.heap, stamp)
+        return bucket
+
+    def _compact(self) -> None:
+        """Drop stale bucket entries once they outnumber the live ones."""
+        lru = self.lru
+        for stamp, bucket in self.buckets.items():
+            self.buckets[stamp] = deque(e for e in bucket if lru.get(e[1]) == e[0])
+        self.queued = len(lru)
+
+    def _evict_by_touch(self, evict: int) -> None:
+        heap, buckets, lru, stamps = self.heap, self.buckets, self.lru, self.stamps
+        keys = []
+        while evict:
+            stamp = heap[0]
+            bucket = buckets[stamp]
+            if not bucket:
+                heapq.heappop(heap)
+                del buckets[stamp]
+                continue
+            pid, entry = bucket[0]
+            if lru.get(entry) != pid:
+                bucket.popleft()
+                self.queued -= 1
+                continue
+            if type(entry) is _Run:
+                size = entry.size
+                if size > evict:  # part of the run goes; the rest stays first in line
+                    entry.size = size - evict
+                    self.run_extra -= evict
+                    break
+                self.run_extra -= size - 1
+                evict -= size
+            else:
+                stamps.pop(entry, None)
+                keys.append(entry)
+                evict -= 1
+            bucket.popleft()
+            self.queued -= 1
+            del lru[entry]
+        if self.on_event is not None:
+            self.on_event(False, keys)
 
     def _first_keys(self, blocks: int) -> list:
         """The keys among the first ``blocks`` queued blocks."""
@@ -198,8 +262,34 @@ class KvCache:
             self.on_event(True, list(taken))
         return taken
 
+    def adopt_many(self, keys: Sequence[int]) -> list[int]:
+        """Give the caller's anonymous blocks the identities ``keys`` in order, as SGLang's
+        radix tree does when it takes a just-computed prompt page: a key already present (held
+        by another request, or free and hittable) is shared instead, a reference taken on it
+        (out of the free queue if it was there), and the caller's duplicate block becomes free
+        and never-used at once (SGLang ``RadixCache.cache_unfinished_req`` frees the indices
+        the tree already had; measured on the reference: two identical prompts in one pass
+        leave the prompt cached once and the duplicate pages free, taken before any eviction).
+        Returns the keys the caller now holds (all of ``keys``)."""
+        ref, lru = self.ref, self.lru
+        new = []
+        for key in keys:
+            if key in ref:
+                ref[key] += 1
+            elif key in lru:
+                del lru[key]
+                ref[key] = 1
+            else:
+                ref[key] = 1
+                new.append(key)
+        self.used_anon -= len(keys)
+        self.free_anon += len(keys) - len(new)
+        if new and self.on_event is not None:
+            self.on_event(True, new)
+        return list(keys)
+
     def release(self, keys: Sequence[int], anon: int, anon_full: int = 0,
-                private_keys: Sequence[int] = ()) -> None:
+                private_keys: Sequence[int] = (), stamp: int = 0) -> None:
         """Free a request's blocks: ``keys`` it holds with identity and ``anon`` without, of
         which ``anon_full`` are full blocks (generated tokens, prompt blocks without hash ids,
         private prompt blocks). ``private_keys``: the identities of its private blocks (the
@@ -210,19 +300,31 @@ class KvCache:
         use. Its partial block, and every block when prefix caching is off, becomes free and
         never-used again (the reference keeps only full blocks cached, measured: a request of
         327 KV tokens leaves 5 cached blocks and 1 free one).
+
+        ``by_touch`` mode (SGLang): ``stamp`` is when the request last used its blocks (a
+        counter the caller increments per use: a prefix match, an insertion of new pages, both
+        of which refresh the whole path). SGLang's radix cache evicts the least recently *used*
+        leaf (``RadixCache.evict`` over ``TreeNode.last_access_time``), not the least recently
+        freed block as vLLM: a block joins the free order at the latest use by any request
+        that held it, deeper blocks of one use first (a radix leaf goes before its parent).
         """
         ref, lru = self.ref, self.lru
+        tail: list = []  # the blocks queued before its keyed ones: full anonymous, private
         if anon:
             self.used_anon -= anon
             if not self.prefix_caching:
                 anon_full = 0
             run = anon_full - len(private_keys)
             if run:
-                lru[_Run(run)] = None
+                tail.append(_Run(run))
                 self.run_extra += run - 1
-            for key in reversed(private_keys):
-                lru[key] = None
+            tail.extend(reversed(private_keys))
             self.free_anon += anon - anon_full
+        if self.by_touch:
+            self._release_by_touch(keys, tail, stamp)
+            return
+        for entry in tail:
+            lru[entry] = None
         for key in reversed(keys):
             count = ref[key]
             if count == 1:
@@ -230,6 +332,35 @@ class KvCache:
                 lru[key] = None
             else:
                 ref[key] = count - 1
+
+    def _release_by_touch(self, keys: Sequence[int], tail: list, stamp: int) -> None:
+        # entries go deepest first: a block is freed no earlier than the deeper blocks of the
+        # same path that share its last use, so each bucket stays deepest first
+        ref, lru = self.ref, self.lru
+        pid = self.pushes
+        if tail:
+            bucket = self._bucket(stamp)
+            for entry in tail:
+                pid += 1
+                lru[entry] = pid
+                bucket.append((pid, entry))
+        stamps = self.stamps
+        for key in reversed(keys):
+            last = stamps.get(key, 0)  # the latest use by any of its holders so far
+            if stamp > last:
+                stamps[key] = last = stamp
+            count = ref[key]
+            if count == 1:
+                del ref[key]
+                pid += 1
+                lru[key] = pid
+                self._bucket(last).append((pid, key))
+            else:
+                ref[key] = count - 1
+        self.queued += pid - self.pushes
+        self.pushes = pid
+        if self.queued > 2 * len(lru) + 4096:
+            self._compact()
 
     def check(self) -> None:
         """Assert block conservation (for tests and ``--check``).

@@ -77,7 +77,7 @@ class Seq:
 
     __slots__ = (
         "req", "rid", "prompt_len", "output_len", "keys", "held", "anon", "computed",
-        "prefill_target", "generated", "transferred", "preemptions", "private_from", "private",
+        "prefill_target", "generated", "transferred", "preemptions", "private_from", "private", "stamp",
     )
 
     def __init__(self, req: Request, transferred: bool = False) -> None:
@@ -98,6 +98,7 @@ class Seq:
         self.prefill_target = self.computed if transferred else req.input_length
         self.generated = 0
         self.preemptions = 0
+        self.stamp = 0  #: when its blocks were last used (sglang: the radix cache's LRU clock)
 
 
 class Batch:
@@ -142,6 +143,12 @@ class VllmScheduler:
         #: by request id, the index into its ``hash_ids`` from which every id is private (held by
         #: no other request, nor twice by it); None: unknown, track every key (see kvcache)
         self.private_ids: Optional[Sequence[int]] = None
+        #: a just-computed prompt block whose identity is already cached is swapped for the
+        #: cached one and freed (SGLang's radix tree); vLLM keeps the duplicate
+        self.adopt_duplicates = False
+        #: KV slots a decoding request holds beyond ``computed``: 1 where the engine gives the
+        #: newest generated token its slot when it is emitted (SGLang), else 0 (vLLM)
+        self.decode_slot = 0
 
     # ------------------------------------------------------------------ queue state
 
@@ -206,7 +213,10 @@ class VllmScheduler:
             last = private_from
             if last <= first_block:
                 return
-        taken = self.kv.register_many(keys[first_block:last])
+        if self.adopt_duplicates:
+            taken = self.kv.adopt_many(keys[first_block:last])
+        else:
+            taken = self.kv.register_many(keys[first_block:last])
         seq.held.extend(taken)
         seq.anon -= len(taken)
 
@@ -238,12 +248,16 @@ class VllmScheduler:
         anonymous ones as if its private blocks were keyed (then they follow them, as keys on
         a preemption, since the request may hit them again)."""
         held, anon, private = seq.held, seq.anon, seq.private
-        full = min(anon - private, max(0, seq.computed // self.block_size - len(held) - private))
+        tokens = seq.computed
+        if self.decode_slot and (tokens > seq.prefill_target or (
+                tokens == seq.prefill_target and 0 < seq.generated < seq.output_len)):
+            tokens += self.decode_slot  # the newest token's slot (none if it ended at its prefill)
+        full = min(anon - private, max(0, tokens // self.block_size - len(held) - private))
         if preempted and private:
             start = seq.private_from
-            self.kv.release(held, anon, full + private, seq.keys[start:start + private])
+            self.kv.release(held, anon, full + private, seq.keys[start:start + private], seq.stamp)
         else:
-            self.kv.release(held, anon, full + private)
+            self.kv.release(held, anon, full + private, stamp=seq.stamp)
         seq.held, seq.anon, seq.private = [], 0, 0
 
     def _preempt(self, seq: Seq) -> None:
@@ -432,10 +446,12 @@ class VllmScheduler:
         if len(entries) * (k // bs + 1) <= free:
             return k  # no request can need more than k // bs + 1 new blocks in k passes
 
+        slot = self.decode_slot
+
         def extra_blocks(passes: int) -> int:  # blocks needed by passes 2..passes
             total = 0
             for seq, _, _ in entries:
-                total += -(-(seq.computed + passes) // bs) - len(seq.held) - seq.anon
+                total += -(-(seq.computed + passes + slot) // bs) - len(seq.held) - seq.anon
             return total
 
         if extra_blocks(k) > free:
@@ -460,13 +476,14 @@ class VllmScheduler:
         what the per-pass allocations would).
         """
         bs = self.block_size
+        slot = self.decode_slot
         extra = 0
         finished = []
         rids = []
         for seq, _, _ in batch.entries:
             rids.append(seq.rid)
             computed = seq.computed + passes
-            need = -(-computed // bs) - len(seq.held) - seq.anon
+            need = -(-(computed + slot) // bs) - len(seq.held) - seq.anon
             if need > 0:
                 seq.anon += need
                 extra += need
@@ -500,7 +517,12 @@ class SglangScheduler(VllmScheduler):
     decode pass of every running request whose prompt is done, after retracting requests
     until every one of them can grow by a token. SGLang's prefix cache is a radix tree over
     ``page_size`` pages; here it is the block-identity cache (the same hits: whole pages of
-    equal prefixes). Sources: SGLang ``python/sglang/srt/managers/schedule_policy.py``
+    equal prefixes) with the radix cache's rules, each measured on the reference's sglang
+    core: eviction by least recent use (``KvCache.release``; a prefix match, the insertion
+    of new prompt pages after a pass and of a page generated tokens complete use the path),
+    a just-computed page the tree already has is shared and the copy freed
+    (``KvCache.adopt_many``), and each generated token gets its KV slot when it is emitted
+    (none for a request's only token), so a request ends holding prompt + output tokens. Sources: SGLang ``python/sglang/srt/managers/schedule_policy.py``
     (PrefillAdder: budgets, page-aligned truncation against the chunk budget left),
     ``scheduler.py`` (extend before decode, new_token_ratio decay and reset) and
     ``schedule_batch.py`` (retract_decode: fewest output tokens first, then the longest
@@ -532,6 +554,15 @@ class SglangScheduler(VllmScheduler):
         self.min_ratio = self.init_ratio * self.MIN_NEW_TOKEN_RATIO_FACTOR
         self.ratio_step = (self.init_ratio - self.min_ratio) / self.NEW_TOKEN_RATIO_DECAY_PASSES
         self.new_token_ratio = self.init_ratio
+        self.adopt_duplicates = True
+        # the radix cache evicts the least recently used leaf (see KvCache.touch)
+        self.kv.by_touch = True
+        self.clock = 0  #: counts uses of a request's cached path (the LRU order)
+        # the reference's sglang core gives each generated token a KV slot as it is emitted
+        # (the first one right after its prefill pass, unless it is also the last), so a
+        # request ends holding prompt + output tokens; measured: a 60-token prompt with 4
+        # output tokens leaves 4 full 16-token pages cached, with 3 output tokens 3 pages
+        self.decode_slot = 1 if role == "aggregated" else 0
 
     def fits_ever(self, seq: Seq) -> bool:
         """:meth:`VllmScheduler.fits_ever`, and room for the prompt in whole pages plus the
@@ -639,6 +670,7 @@ class SglangScheduler(VllmScheduler):
             if hits:
                 kv.acquire(seq.keys[:hits])
                 seq.held = seq.keys[:hits]
+                self._touch(seq)  # the prefix match refreshes the matched path
             kv.allocate(alloc)
             seq.anon = alloc
             seq.computed = start
@@ -662,9 +694,10 @@ class SglangScheduler(VllmScheduler):
         bs = self.block_size
         kv = self.kv
         running = self.running
+        slot = self.decode_slot
 
         def growth() -> int:
-            return sum(max(0, -(-(s.computed + 1) // bs) - len(s.held) - s.anon)
+            return sum(max(0, -(-(s.computed + 1 + slot) // bs) - len(s.held) - s.anon)
                        for s in running if s.computed >= s.prefill_target)
 
         retracted = False
@@ -683,7 +716,7 @@ class SglangScheduler(VllmScheduler):
             computed = seq.computed
             if computed < seq.prefill_target:
                 continue  # a chunked prompt waiting for the next extend pass
-            more = -(-(computed + 1) // bs) - len(seq.held) - seq.anon
+            more = -(-(computed + 1 + slot) // bs) - len(seq.held) - seq.anon
             if more > 0:
                 kv.allocate(more)
                 seq.anon += more
@@ -699,14 +732,52 @@ class SglangScheduler(VllmScheduler):
         # same pass do not share them (the reference: measured, a prompt admitted beside
         # another with the same first 512 tokens reuses none of them)
         bs = self.block_size
+        kv = self.kv
+        slot = self.decode_slot
         for seq, n, is_prefill in batch.entries:
             if is_prefill:
                 self._register(seq, seq.computed // bs, seq.computed + n)
+                if (seq.computed + n) // bs > seq.computed // bs:
+                    self._touch(seq)  # inserting its new pages refreshes its path
+        if slot:
+            # the first token's slot, for a request that goes on decoding, before the requests
+            # that end in this pass free their pages (left to the next decode pass if no room)
+            for seq, n, is_prefill in batch.entries:
+                end = seq.computed + n
+                if is_prefill and end >= seq.prefill_target and seq.output_len - seq.generated > 1:
+                    need = -(-(end + slot) // bs) - len(seq.held) - seq.anon
+                    if 0 < need <= kv.free_blocks:
+                        kv.allocate(need)
+                        seq.anon += need
+                    if (end + slot) // bs > end // bs:
+                        self._touch(seq)  # the token completes a page, inserted at once
+            for seq, n, is_prefill in batch.entries:
+                if not is_prefill and (seq.computed + n + slot) // bs > (seq.computed + slot) // bs:
+                    self._touch(seq)  # a generated token completes a page, inserted at once
         return super().complete(batch)
+
+    def _touch(self, seq: Seq) -> None:
+        """``seq``'s cached path is used now: it moves last in the eviction order."""
+        self.clock += 1
+        seq.stamp = self.clock
 
     def complete_decode_run(self, batch: Batch, passes: int) -> tuple[list[int], list[Seq]]:
         for _ in range(passes - 1):  # the per-pass path decays once per scheduled pass
             self._decay_ratio()
+        slot = self.decode_slot
+        if slot:
+            # the pages generated tokens complete in these passes touch their paths in pass
+            # order, then batch order; only each request's last touch decides its place
+            bs = self.block_size
+            last = []
+            for i, (seq, _, _) in enumerate(batch.entries):
+                end = seq.computed + slot + passes  # KV slots after the last pass
+                j = passes - end % bs  # the last pass whose token completes a page
+                if j >= 1:
+                    last.append((j, i, seq))
+            last.sort(key=lambda t: (t[0], t[1]))
+            for _, _, seq in last:
+                self._touch(seq)
         return super().complete_decode_run(batch, passes)
 
 

@@ -147,15 +147,17 @@ class Worker:
 
     def _log_run(self, batch, ends: list, start: float) -> None:
         """Pass records of a fast-forwarded run, equal to those pass-by-pass stepping makes:
-        pass i's KV is what its own allocation would hold (blocks for computed + i tokens)."""
+        pass i's KV is what its own allocation would hold (blocks for computed + i tokens, plus the
+        newest token's slot where the engine gives one)."""
         bs = self.sched.block_size
         used0 = self.sched.kv.used_blocks  # after the first pass's allocation
         seqs = [seq for seq, _, _ in batch.entries]
-        first = [-(-(seq.computed + 1) // bs) for seq in seqs]
+        slot = self.sched.decode_slot  # the newest token's KV slot, where the engine gives one
+        first = [-(-(seq.computed + 1 + slot) // bs) for seq in seqs]
         n_req, ctx = batch.decode_requests, batch.decode_context_tokens
         prev = start
         for i, end in enumerate(ends):
-            used = used0 + sum(max(0, -(-(seq.computed + i + 1) // bs) - b) for seq, b in zip(seqs, first))
+            used = used0 + sum(max(0, -(-(seq.computed + i + 1 + slot) // bs) - b) for seq, b in zip(seqs, first))
             self.pass_log.append(PassRecord(self.pool, self.wid, prev, end, 0, n_req, ctx + i * n_req, used,
                                             0, 0))
             prev = end
@@ -277,12 +279,14 @@ class Worker:
             for msg in inbox.drain():
                 self._accept(msg)
             if pending_reserve:
-                # the reference's sglang core reserves one pending destination per pass end
-                # (all at once while idle: the loop comes back here at the same instant)
+                # the reference's sglang core reserves one pending destination per pass end,
+                # and, with no pass to run, one per event that reaches the worker (a prompt's
+                # KV arriving, another reservation): measured, a reservation left pending when
+                # the last decode ends waits for the next KV arrival
                 self.on_reserved(pending_reserve.popleft())
             batch = sched.schedule()
             if batch is None:
-                if sched.has_work():  # blocked on KV held for handoffs: wait for a message
+                if sched.has_work() or pending_reserve:  # blocked: wait for a message
                     self._accept((yield inbox.get()))
                 continue
             now = env.now

@@ -107,6 +107,76 @@ def test_sglang_decode_waits_while_another_prompt_extends():
     assert recs[1].ttft_s * 1000 == pytest.approx(416.791015, abs=1e-5)
 
 
+def run_sglang_pages_of_16(requests, num_gpu_blocks):
+    """``requests`` on one sglang worker with 16-token pages, as the reference was probed."""
+    data = {"workload": {"kind": "synthetic", "trace_block_size": 16},
+            "latency": {"kind": "polynomial", "prefill_tokens_from_batch_means": True},
+            "pools": {"aggregated": {"backend": "sglang", "block_size": 16, "num_gpu_blocks": num_gpu_blocks,
+                                     "sglang": {"budgets_count_chunks": True}}}}
+    return simulate(scenario_from_dict(data), requests).requests
+
+
+def test_sglang_frees_a_duplicate_prompt_page_when_the_tree_already_has_it():
+    # 12 pages of 16 tokens. t=0: r0 and r1 bring the same 64-token prompt (4 pages each, in
+    # one extend pass, so neither reuses the other's). After the pass the radix tree keeps r0's
+    # pages; r1 is switched to them and its 4 duplicates are free at once. r0 ends with its
+    # only token; r1's 3 tokens need a 5th page (partial, freed when it ends). t=1 s: r2's 8
+    # unique pages fit the 8 free ones, so nothing is evicted, and at t=2 s r3 (the same 4
+    # pages + 1) reuses all 64 tokens and computes 16: TTFT P(16). Kept duplicates (vLLM's
+    # way) would be cached after r0's pages, and r2 would evict those first (r3: 0 cached).
+    # Measured on the reference (sglang core, same settings): 64 cached, TTFT 16.744 ms.
+    recs = run_sglang_pages_of_16([req(0, 0, 64, 1, [1, 2, 3, 4], tbs=16), req(1, 0, 64, 3, [1, 2, 3, 4], tbs=16),
+                                   req(2, 1000, 128, 1, range(11, 19), tbs=16),
+                                   req(3, 2000, 80, 1, [1, 2, 3, 4, 5], tbs=16)], num_gpu_blocks=12)
+    assert [r.cached_tokens for r in recs] == [0, 0, 0, 64]
+    assert recs[3].ttft_s * 1000 == ms(P(16))
+    assert recs[3].ttft_s * 1000 == pytest.approx(16.744, abs=1e-3)
+
+
+@pytest.mark.parametrize("output, cached", [(3, 48), (4, 32)])
+def test_sglang_gives_each_generated_token_a_kv_slot(output, cached):
+    # 16 pages of 16 tokens. r0's 4 prompt pages are cached from t=0. r1 (t=1 s) has a
+    # 60-token prompt: 3 full pages + 12 tokens. The reference's sglang core gives every
+    # generated token a slot as it is emitted, so r1 ends holding 60 + output tokens: with 3
+    # tokens 63 (its 4th page partial, freed), with 4 tokens 64 (4th page full, cached). So
+    # 16 - 4 - 3 = 9 or 16 - 4 - 4 = 8 pages are free when r2's 10 unique pages come at t=3 s:
+    # it evicts 1 or 2 pages, oldest leaf first, from the tail: r0's last ones. r3 (r0's 4
+    # pages + 1, t=4 s) then reuses 3 or 2 pages: 48 or 32 tokens, TTFT P(80 - cached).
+    # Measured on the reference: 48 cached (TTFT 16.988 ms) and 32 (17.231 ms).
+    recs = run_sglang_pages_of_16([req(0, 0, 64, 1, [31, 32, 33, 34], tbs=16),
+                                   req(1, 1000, 60, output, [1, 2, 3, 4], tbs=16),
+                                   req(2, 3000, 160, 1, range(11, 21), tbs=16),
+                                   req(3, 4000, 80, 1, [31, 32, 33, 34, 35], tbs=16)], num_gpu_blocks=16)
+    assert recs[3].cached_tokens == cached
+    assert recs[3].ttft_s * 1000 == ms(P(80 - cached))
+    assert recs[3].ttft_s * 1000 == pytest.approx({48: 16.988, 32: 17.231}[cached], abs=1e-3)
+
+
+@pytest.mark.parametrize("x_output, y_at_ms, cached", [(10, 20, 48), (20, 20, 64), (20, 340, 48)])
+def test_sglang_evicts_the_least_recently_used_leaf(x_output, y_at_ms, cached):
+    # 16 pages of 16 tokens. x (t=0): 4 prompt pages, inserted into the radix tree at the end
+    # of its prefill (17.5 ms), which uses its path; then it decodes one token per ~20 ms pass.
+    # y (4 unique pages, 1 token) is inserted at the end of its own prefill. z (t=1 s) needs 9
+    # pages with 8 free: it evicts 1 page of the least recently *used* leaf, from its tail.
+    # w (t=2 s) is x's 4 pages + 1: it reuses 3 pages (48 tokens) if x's path is the older.
+    # - x with 10 tokens holds 74 slots: no generated page completes, so its path was last
+    #   used at 17.5 ms, before y's (~37 ms), though x ends last (~200 ms): x loses a page.
+    #   (vLLM's least recently freed order would take y's page.)
+    # - x with 20 tokens completes its 5th page at token 16 (~318 ms); the page is inserted
+    #   then, which uses x's path after y's: y loses a page, w reuses all 64 tokens.
+    # - the same with y at 340 ms (inserted ~358 ms, before x ends at ~400 ms): x's last use
+    #   is the page insertion at ~318 ms, older than y's: x loses a page again.
+    # w's TTFT is P(80 - cached). Measured on the reference (sglang core, same settings):
+    # 48, 64, 48 tokens reused, TTFT 16.988, 16.744, 16.988 ms.
+    recs = run_sglang_pages_of_16([req(0, 0, 64, x_output, [1, 2, 3, 4], tbs=16),
+                                   req(1, y_at_ms, 64, 1, [11, 12, 13, 14], tbs=16),
+                                   req(2, 1000, 144, 1, range(21, 30), tbs=16),
+                                   req(3, 2000, 80, 1, [1, 2, 3, 4, 5], tbs=16)], num_gpu_blocks=16)
+    assert recs[3].cached_tokens == cached
+    assert recs[3].ttft_s * 1000 == ms(P(80 - cached))
+    assert recs[3].ttft_s * 1000 == pytest.approx({48: 16.988, 64: 16.744}[cached], abs=1e-3)
+
+
 @pytest.mark.parametrize("pool, message", [
     ({"sglang": {"schedule_policy": "lpm"}}, "'sglang' settings apply only to backend: sglang @ $.pools.aggregated"),
     ({"backend": "trtllm", "preemption_mode": "fifo"},
@@ -120,3 +190,27 @@ def test_backend_settings_that_would_be_ignored_are_refused(pool, message):
     with pytest.raises(ConfigError) as err:
         scenario_from_dict({"pools": {"aggregated": pool}})
     assert err.value.messages == [f"<scenario>: {message}"]
+
+
+def test_sglang_decode_worker_left_idle_holds_pending_reservations_until_kv_arrives():
+    # 4 prefill workers, 1 decode worker, 16-token pages (the reference's sglang core pairs a
+    # request with its decode worker at dispatch; the decode worker reserves room for it, one
+    # pending request per pass end, before it goes to a prefill worker). r0 (t=1 s) decodes 4
+    # tokens; r1..r4 arrive at 1025..1028 ms while it runs and are reserved at its pass ends:
+    # r1, r2, then r3 at r0's last pass end (r0 is done). The decode worker is then idle, and
+    # r4 stays pending until the next event reaches it: r1's KV, at r1's prefill end
+    # (1029.39 + P(64) = 1046.86 ms), not at once. Measured on the reference (same settings):
+    # r1..r4 admitted by their prefill workers 4.39, 9.35, 14.32, 18.86 ms after arriving.
+    data = {"workload": {"kind": "synthetic", "trace_block_size": 16},
+            "latency": {"kind": "polynomial", "prefill_tokens_from_batch_means": True},
+            "pools": {role: {"backend": "sglang", "block_size": 16, "num_gpu_blocks": 1000, "workers": n,
+                             "sglang": {"budgets_count_chunks": True}}
+                      for role, n in (("prefill", 4), ("decode", 1))}}
+    reqs = [req(0, 1000, 64, 4, [21, 22, 23, 24], tbs=16)]
+    reqs += [req(i, 1024 + i, 64, 2, [10 * i + 21 + j for j in range(4)], tbs=16) for i in range(1, 5)]
+    r0, r1, r2, r3, r4 = simulate(scenario_from_dict(data), reqs).requests
+    assert r3.first_admitted_at == r0.finished_at  # reserved at r0's last pass end
+    assert r4.first_admitted_at == r1.decode_admitted_at == r1.prefilled_at  # r1's KV arrives
+    assert r1.prefilled_at * 1000 == ms(r1.first_admitted_at * 1000 + P(64))
+    waits = [(r.first_admitted_at - r.arrived_at) * 1000 for r in (r1, r2, r3, r4)]
+    assert waits == pytest.approx([4.39, 9.35, 14.32, 18.86], abs=0.01)
