@@ -294,6 +294,10 @@ def step_main(argv: Sequence[str]) -> int:
         spec.num_gpu_blocks(16)  # the weights must leave room for KV, as a scenario requires
     except (HardwareError, ValueError) as exc:
         return _fail([f"simkit step: {exc}"])
+    longest = load_model(args.model).max_position_embeddings
+    if longest and max([args.prefill_tokens] + contexts) > longest:
+        return _fail([f"simkit step: {args.model} takes sequences of at most {longest} tokens "
+                      f"(max_position_embeddings); got {max([args.prefill_tokens] + contexts)}"])
     print(step_table(RooflineModel(spec), args.prefill_tokens, contexts))
     return 0
 

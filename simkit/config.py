@@ -924,7 +924,8 @@ class Scenario:
     def _resolve_hardware(self) -> None:
         """Fill ``num_gpu_blocks`` and the link's ``kv_bytes_per_token`` left unset: from the
         roofline latency model's model and GPU, else the reference's defaults; a pool's
-        ``tensor_parallel_size`` (GPU accounting) follows its latency model's."""
+        ``tensor_parallel_size`` (GPU accounting) follows its latency model's, and its unset
+        ``max_model_len`` is the model's ``max_position_embeddings`` (as vLLM defaults it)."""
         resolved = {}
         models = []
         for name, pool in self.pools.named():
@@ -935,6 +936,10 @@ class Scenario:
             if pool.num_gpu_blocks is None:
                 blocks = lat.num_gpu_blocks(pool.block_size) if roofline else DEFAULT_NUM_GPU_BLOCKS
                 pool = attrs.evolve(pool, num_gpu_blocks=blocks)
+            if roofline and pool.max_model_len is None:  # vLLM's default: the model's own limit
+                longest = hardware.load_model(lat.model).max_position_embeddings
+                if longest:
+                    pool = attrs.evolve(pool, max_model_len=longest)
             tp = lat.tensor_parallel_size if roofline else pool.tensor_parallel_size
             if tp != pool.tensor_parallel_size:  # GPU-hours count the model's TP
                 if pool.tensor_parallel_size != 1:

@@ -78,6 +78,8 @@ class ModelArch:
     experts_per_token: int = 0
     moe_intermediate_size: int = 0
     num_shared_experts: int = 0
+    #: the longest sequence (prompt + output tokens) the model supports; 0: not given
+    max_position_embeddings: int = 0
     num_dense_layers: int = 0  #: leading layers with a dense MLP in a MoE model
     q_lora_rank: int = 0  #: MLA; 0 = full-rank query projection
     kv_lora_rank: int = 0  #: MLA latent KV width; 0 = not MLA
@@ -190,6 +192,7 @@ def arch_from_config(cfg: dict, name: str) -> ModelArch:
         experts_per_token=_get(cfg, "num_experts_per_tok", "experts_per_token", default=0) if experts else 0,
         moe_intermediate_size=_get(cfg, "moe_intermediate_size", "intermediate_size", default=0) if experts else 0,
         num_shared_experts=_get(cfg, "n_shared_experts", default=0) if experts else 0,
+        max_position_embeddings=_get(cfg, "max_position_embeddings", default=0) or 0,
         num_dense_layers=dense,
         q_lora_rank=_get(cfg, "q_lora_rank", default=0),
         kv_lora_rank=_get(cfg, "kv_lora_rank", default=0),

@@ -30,6 +30,8 @@ def one_error(capsys) -> str:
      "simkit step: --decode-contexts '1000,,3000': expected comma-separated integers, e.g. 1000,2500"),
     (["step", "--model", "Llama-3.1-8B", "--gpu", "H100", "--tp", "3", "--prefill-tokens", "10"],
      "simkit step: tensor_parallel_size 3 does not divide Llama-3.1-8B's 32 attention heads"),
+    (["step", "--model", "Qwen3-32B", "--gpu", "H200", "--tp", "2", "--prefill-tokens", "50000"],
+     "simkit step: Qwen3-32B takes sequences of at most 40960 tokens (max_position_embeddings); got 50000"),
     (["step", "--model", "DeepSeek-V3", "--gpu", "L40S", "--prefill-tokens", "100"],
      "less than one KV block; raise tensor_parallel_size or lower the precision"),
 ])
@@ -67,3 +69,13 @@ def test_a_sweep_with_no_valid_point_runs_nothing(tmp_path, capsys):
     assert sweep_main([DISAGG, "--grid", "pools.bogus.workers=1,2", "--out", str(out)]) == 2
     assert "no point of the grid is a valid scenario" in one_error(capsys)
     assert not out.exists()
+
+
+def test_a_roofline_pool_defaults_max_model_len_to_the_models_limit():
+    from simkit.config import load_scenario
+
+    s = load_scenario(ROOFLINE, [("latency", {"kind": "roofline", "model": "Qwen3-32B", "gpu": "H200", "tp": 2})])
+    # Qwen3-32B's config.json: max_position_embeddings 40960; vLLM's max_model_len default
+    assert s.pools.prefill.max_model_len == s.pools.decode.max_model_len == 40960
+    explicit = load_scenario(ROOFLINE, [("pools.decode.max_model_len", 8192)])
+    assert explicit.pools.decode.max_model_len == 8192 and explicit.pools.prefill.max_model_len == 131072
