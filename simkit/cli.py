@@ -45,8 +45,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("scenario", help="scenario YAML file, e.g. scenarios/disagg.yaml")
     p.add_argument("--trace", metavar="FILE",
-                   help="replace the workload with this Mooncake JSONL trace "
-                        "(trace_block_size 512 unless set with --set workload.trace_block_size=N)")
+                   help="replace the workload with this trace file, its format (mooncake, agentic, azure, csv, "
+                        "weka, weka_requests) detected from its first line (trace_block_size 512 unless "
+                        "set with --set workload.trace_block_size=N)")
     p.add_argument("--set", dest="overrides", metavar="KEY=VALUE", action="append", default=[],
                    help="override a scenario field by dotted path, e.g. pools.decode.workers=8 "
                         "(values are YAML scalars); repeatable")

@@ -1339,7 +1339,7 @@ def _blame_override(message: str, path: str, overrides: list[tuple[str, Any]]) -
     where = message.rpartition(" @ ")[2]
     for key, _ in reversed(overrides):
         target = "$." + key
-        if where == target or where.startswith(target + "."):
+        if where == target or where.startswith(target + ".") or target == where + ".kind":
             return f"--set {key}" + message[len(path):]
         if "unknown field(s)" in message and target.startswith(where + "."):
             unknown = target[len(where) + 1:].split(".")[0]  # the segment the override added

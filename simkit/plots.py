@@ -240,6 +240,7 @@ def planner_series(records: RunRecords, sla: Optional[SlaSpec] = None):
     ax_w.legend(loc="upper left", fontsize="small", ncols=2)
     ax_q.set_ylabel("prompt tokens queued")
     ax_q2.set_ylabel("waiting in router (dotted)")
+    ax_q2.set_ylim(bottom=0, top=max(ax_q2.get_ylim()[1], 1))  # a count: never below 0
     ax_q.legend(loc="upper left", fontsize="small")
     ax_kv.set_ylabel("KV usage (%)")
     ax_itl.set_xlabel("simulated time (s)")
