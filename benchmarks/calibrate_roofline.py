@@ -77,6 +77,13 @@ def _op_time(model: RooflineModel, names: tuple, *args) -> float:
     return sum(op.time_s for op in model.breakdown(*args) if op.name in names)
 
 
+def _log_fit(predict, measured: np.ndarray, x0: list, bounds: tuple) -> tuple[np.ndarray, float]:
+    """Least squares on log(predicted / measured) (relative error, whatever the scale);
+    returns the parameters and the median |relative error| of the fit."""
+    res = least_squares(lambda x: np.log(predict(x) / measured), x0=x0, bounds=bounds)
+    return res.x, float(np.median(np.abs(predict(res.x) / measured - 1)))
+
+
 def fit_gemm(gpu: str, files: list[Path]) -> dict:
     df = pd.concat([pd.read_csv(f) for f in files], ignore_index=True)
     measured_s = (sum(_med(df, op) for op in GEMM_OPS + ELEMENTWISE_OPS) + _med(df, "add")) * 1e-3
@@ -90,12 +97,10 @@ def fit_gemm(gpu: str, files: list[Path]) -> dict:
                                   ("gemm", "elementwise", "overhead"), int(r["num_tokens"]), 0, 0, 0)
                          for a, r in zip(archs, rows)])
 
-    res = least_squares(lambda x: np.log(predict(x) / measured_s), x0=[0.6, 0.7, 20.0],
-                        bounds=([0.05, 0.05, 0.0], [1.0, 1.0, 500.0]))
-    ape = np.abs(predict(res.x) / measured_s - 1)
-    return {"gemm_compute_eff": round(res.x[0], 4), "gemm_memory_eff": round(res.x[1], 4),
-            "layer_overhead_us": round(res.x[2], 2),
-            "fit_gemm": f"{len(rows)} Vidur rows, median |rel err| {np.median(ape):.3f}"}
+    x, err = _log_fit(predict, measured_s, [0.6, 0.7, 20.0], ([0.05, 0.05, 0.0], [1.0, 1.0, 500.0]))
+    return {"gemm_compute_eff": round(x[0], 4), "gemm_memory_eff": round(x[1], 4),
+            "layer_overhead_us": round(x[2], 2),
+            "fit_gemm": f"{len(rows)} Vidur rows, median |rel err| {err:.3f}"}
 
 
 def fit_attention(gpu: str, path: Path) -> dict:
@@ -125,12 +130,10 @@ def fit_attention(gpu: str, path: Path) -> dict:
         m = _model(gpu, arch, tp, cal)
         return np.array([_op_time(m, (name,), *args) for name, *args in shapes]) + x[2] * 1e-6
 
-    res = least_squares(lambda x: np.log(predict(x) / measured), x0=[0.5, 0.6, 10.0],
-                        bounds=([0.02, 0.02, 0.0], [1.0, 1.0, 200.0]))
-    ape = np.abs(predict(res.x) / measured - 1)
-    return {"attention_compute_eff": round(res.x[0], 4), "attention_memory_eff": round(res.x[1], 4),
-            "attention_launch_us": round(res.x[2], 2),
-            "fit_attention": f"{len(measured)} Vidur rows (A100, Llama-2-70B TP2), median |rel err| {np.median(ape):.3f}"}
+    x, err = _log_fit(predict, measured, [0.5, 0.6, 10.0], ([0.02, 0.02, 0.0], [1.0, 1.0, 200.0]))
+    return {"attention_compute_eff": round(x[0], 4), "attention_memory_eff": round(x[1], 4),
+            "attention_launch_us": round(x[2], 2),
+            "fit_attention": f"{len(measured)} Vidur rows (A100, Llama-2-70B TP2), median |rel err| {err:.3f}"}
 
 
 def fit_allreduce(gpu: str, path: Path) -> dict:
@@ -144,11 +147,9 @@ def fit_allreduce(gpu: str, path: Path) -> dict:
     def predict(x):  # the engine's formula: latency + 2 (t-1)/t bytes / (link * eff)
         return x[1] * 1e-6 + 2 * (t - 1) / t * nbytes / (g.intra_node_gb_per_s * 1e9 * x[0])
 
-    res = least_squares(lambda x: np.log(predict(x) / measured), x0=[0.7, 10.0],
-                        bounds=([0.05, 0.0], [1.5, 500.0]))
-    ape = np.abs(predict(res.x) / measured - 1)
-    return {"comm_eff": round(res.x[0], 4), "allreduce_latency_us": round(res.x[1], 2),
-            "fit_allreduce": f"{len(df)} Vidur rows, median |rel err| {np.median(ape):.3f}"}
+    x, err = _log_fit(predict, measured, [0.7, 10.0], ([0.05, 0.0], [1.5, 500.0]))
+    return {"comm_eff": round(x[0], 4), "allreduce_latency_us": round(x[1], 2),
+            "fit_allreduce": f"{len(df)} Vidur rows, median |rel err| {err:.3f}"}
 
 
 def fit_overheads(silicon: Path, max_concurrency: int = 256) -> dict:
@@ -183,10 +184,8 @@ def fit_overheads(silicon: Path, max_concurrency: int = 256) -> dict:
         def predict(x):
             return base + layers * x[0] * 1e-3 + x[1]
 
-        res = least_squares(lambda x: np.log(predict(x) / measured), x0=[10.0, 1.0],
-                            bounds=([0.0, 0.0], [500.0, 100.0]))
-        ape = np.abs(predict(res.x) / measured - 1)
-        return round(res.x[0], 2), round(res.x[1], 3), len(items), float(np.median(ape))
+        x, err = _log_fit(predict, measured, [10.0, 1.0], ([0.0, 0.0], [500.0, 100.0]))
+        return round(x[0], 2), round(x[1], 3), len(items), err
 
     out = {}
     for gpu, items in samples.items():

@@ -359,12 +359,10 @@ def _simulate_and_write(args, argv: list, interrupts: _Interrupts, scenario, out
             # no output file holds token timelines yet, so they are not recorded
             sim = build(scenario, record_token_times=False, fast_forward=not args.per_pass,
                         record_passes=args.timeline, stream=args.stream, sink=sink)
-        except TraceError as exc:
-            return _fail([str(exc)])
         except ConfigError as exc:  # a kind: python policy that does not import or fit its protocol
             return _fail([f"{args.scenario}: {m}" for m in exc.messages])
         return _run_and_write(args, argv, interrupts, scenario, out_dir, sim, wall0)
-    except TraceError as exc:  # a streamed trace's bad line, met during the run
+    except TraceError as exc:  # a bad trace, met while building or (streamed) during the run
         return _fail([str(exc)])
     finally:
         if spool_dir is not None:

@@ -24,6 +24,7 @@ from typing import Optional
 from simkit.config import Scenario, dump_scenario
 from simkit.records import RunRecords
 from simkit.report import ROW_INT_COLUMNS, iter_request_rows
+from simkit.spool import arrow_schema
 
 
 def _finite_json(value):
@@ -37,19 +38,6 @@ def _finite_json(value):
     return value
 
 
-def _row_schema(names):
-    """Parquet types of the request rows: declared, not inferred, so that a column that is
-    null in one batch (say, no transfers yet) keeps its type."""
-    import pyarrow as pa
-
-    def kind(name: str):
-        if name == "status":
-            return pa.string()
-        return pa.int64() if name in ROW_INT_COLUMNS else pa.float64()
-
-    return pa.schema([(name, kind(name)) for name in names])
-
-
 def rows_table(rows: list[dict]):
     """Request rows (:func:`~simkit.report.request_row`) as a pyarrow Table with the declared
     column types (what ``requests.parquet`` holds)."""
@@ -59,7 +47,7 @@ def rows_table(rows: list[dict]):
         return pa.table({})
     names = list(rows[0])
     # column by column: much cheaper than pyarrow's row-wise from_pylist
-    return pa.table({n: [row[n] for row in rows] for n in names}, schema=_row_schema(names))
+    return pa.table({n: [row[n] for row in rows] for n in names}, schema=arrow_schema(names, ROW_INT_COLUMNS))
 
 
 def _write_rows(records: RunRecords, scenario_text: str, jsonl_path: str, parquet_path: str) -> str:

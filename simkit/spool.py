@@ -19,7 +19,7 @@ import numpy as np
 
 from simkit.records import RequestRecord
 
-__all__ = ["RequestSpool", "RECORD_FIELDS"]
+__all__ = ["RequestSpool", "RECORD_FIELDS", "arrow_schema"]
 
 #: column names of a spool file: the fields of RequestRecord, in order
 RECORD_FIELDS = tuple(f.name for f in attrs.fields(RequestRecord))
@@ -27,15 +27,18 @@ _INT_FIELDS = {"rid", "input_length", "requested_output_length", "output_length"
                "prefill_worker", "decode_worker"}
 
 
-def _schema():
+def arrow_schema(names, int_names):
+    """Declared (not inferred) column types of request records or rows: ``status`` a string,
+    ``int_names`` nullable int64, the rest float64, so that a column that is null in one batch
+    (say, no transfers yet) keeps its type."""
     import pyarrow as pa
 
     def kind(name: str):
         if name == "status":
             return pa.string()
-        return pa.int64() if name in _INT_FIELDS else pa.float64()
+        return pa.int64() if name in int_names else pa.float64()
 
-    return pa.schema([(name, kind(name)) for name in RECORD_FIELDS])
+    return pa.schema([(name, kind(name)) for name in names])
 
 
 class RequestSpool:
@@ -55,7 +58,7 @@ class RequestSpool:
             raise FileExistsError(path)
         self.path = path
         self.batch_rows = batch_rows
-        self._schema = _schema()
+        self._schema = arrow_schema(RECORD_FIELDS, _INT_FIELDS)
         self._writer: Optional[pq.ParquetWriter] = pq.ParquetWriter(path, self._schema)
         self._buffer: list[RequestRecord] = []
         self._count = 0
