@@ -17,15 +17,18 @@ Data (none of it is scored by benchmarks/silicon_accuracy.py except as stated):
    other GPUs take the A100 fractions: Vidur has no attention table for them).
 3. All-reduce: ``{a100,h100}_dgx_all_reduce.csv`` (message bytes x GPUs). Fits ``comm_eff``
    and ``allreduce_latency_us``.
-4. Fixed overheads: the calibration subset of aiconfigurator-core's ``silicon_sample.csv``,
-   the rows whose ``silicon_rows.calibration_row(id)`` is true (SHA-256 of the row id, one in
-   four). Each is simulated exactly as benchmarks/silicon_accuracy.py simulates a row, with
-   both overheads 0; ``layer_overhead_us`` and ``pass_overhead_ms`` are the least-squares
-   fit of the measured TPOT (log), per GPU (on dense-model rows when there are at least 10)
-   and per (GPU, backend) with at least 8 rows (``backends``; used when a scenario names its
-   ``backend``). Vidur's per-layer fixed time (kernels timed one by one, no CUDA graphs) is
-   kept as ``vidur_layer_overhead_us`` for reference. benchmarks/silicon_accuracy.py scores
-   only the other rows.
+4. Host overheads and the all-reduce latency: the calibration subset of aiconfigurator-core's
+   ``silicon_sample.csv``, the rows whose ``silicon_rows.calibration_row(id)`` is true
+   (SHA-256 of the row id, one in four). Each is simulated exactly as
+   benchmarks/silicon_accuracy.py simulates a row (its own engine's scheduler), with the four
+   terms 0; ``layer_overhead_us``, ``pass_overhead_ms``, ``sequence_overhead_us`` (per request
+   sampled in a pass) and ``allreduce_latency_us`` are the least-squares fit of the measured
+   TPOT (log; ``fit_overheads``), per GPU (on dense-model rows when there are at least 10) and
+   per (GPU, backend) with at least ``MIN_BACKEND_ROWS`` (12) rows (``backends``; used when a
+   scenario names its ``backend``). Vidur's per-layer fixed time (kernels timed one by one, no
+   CUDA graphs) and its NCCL all-reduce latency are kept as ``vidur_layer_overhead_us`` and
+   ``vidur_allreduce_latency_us`` for reference. benchmarks/silicon_accuracy.py scores only
+   the other rows.
 
 GPUs without Vidur tables (H200, B200, GB200, B300, L40S) take the H100 efficiencies (H200 is
 the same Hopper die; for the others it is an assumption, stated in each entry's ``source``).
@@ -44,7 +47,7 @@ from scipy.optimize import least_squares
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from silicon_rows import (SILICON_GPUS, SILICON_MODELS, calibration_row, concurrency, find_silicon,  # noqa: E402
-                          load_rows, simulate_row, skip_reason)
+                          load_rows, scenario_for, simulate_row, skip_reason, worker_gpus)
 
 from simkit import hardware  # noqa: E402
 from simkit.config import ConfigError, RooflineLatency  # noqa: E402
@@ -152,17 +155,29 @@ def fit_allreduce(gpu: str, path: Path) -> dict:
             "fit_allreduce": f"{len(df)} Vidur rows, median |rel err| {err:.3f}"}
 
 
-def fit_overheads(silicon: Path, max_concurrency: int = 256) -> dict:
-    """Fixed overheads from the calibration rows of silicon_sample.csv, by simulation.
+#: fewest calibration rows for an engine's own fit on a GPU (four terms; fewer rows overfit,
+#: e.g. 8 rows of one small model gave a 9.7 ms pass overhead that then priced every model)
+MIN_BACKEND_ROWS = 12
+OVERHEADS = ("layer_overhead_us", "pass_overhead_ms", "sequence_overhead_us", "allreduce_latency_us")
 
-    Each calibration row is simulated as silicon_accuracy.py does, with both overheads 0; in
-    the lockstep closed loop a decode token costs one pass, so the simulated TPOT grows by
-    ``layers * layer_overhead_us + pass_overhead_ms`` with them. Least squares on log TPOT
-    gives both per GPU (dense-model rows when there are at least 10) and per (GPU, backend)
-    with at least 8 rows. Returns {gpu: {"all": fit, backend: fit, ...}}, a fit being
-    (layer_overhead_us, pass_overhead_ms, rows, median |rel err| of TPOT).
+
+def fit_overheads(silicon: Path, max_concurrency: int = 256) -> dict:
+    """Host overheads and the all-reduce latency from the calibration rows of
+    silicon_sample.csv, by simulation.
+
+    Each calibration row is simulated as silicon_accuracy.py does, with the four terms 0; in
+    the lockstep closed loop a decode token costs about one pass of ``b`` requests, so the
+    simulated TPOT grows by about ``layers * layer_overhead_us + pass_overhead_ms +
+    b * sequence_overhead_us + (2 layers if TP > 1) * allreduce_latency_us`` with them (``b``
+    the requests per worker: the concurrency over the workers, at most ``max_num_seqs``).
+    The all-reduce latency is fitted here rather than taken from Vidur's NCCL table because
+    serving engines run small all-reduces through their own one-shot kernels (vLLM's and
+    TRT-LLM's custom all-reduce), much faster than NCCL's ring. Least squares on log TPOT
+    gives the terms per GPU (dense-model rows when there are at least 10) and per (GPU,
+    backend) with at least 8 rows. Returns {gpu: {"all": fit, backend: fit, ...}}, a fit
+    being ({term: value}, rows, median |rel err| of TPOT).
     """
-    zero = {"layer_overhead_us": 0.0, "pass_overhead_ms": 0.0}
+    zero = dict.fromkeys(OVERHEADS, 0.0)
     samples: dict[str, list] = {}
     for row in load_rows(silicon):
         if not calibration_row(row["id"]) or skip_reason(row):
@@ -175,17 +190,24 @@ def fit_overheads(silicon: Path, max_concurrency: int = 256) -> dict:
         except ConfigError:  # does not fit in memory
             continue
         arch = load_model(SILICON_MODELS[row["model_path"]])
+        pools = scenario_for(row, conc)["pools"]
+        pool = pools.get("aggregated") or pools["decode"]
+        batch = min(-(-conc // pool["workers"]), pool["max_num_seqs"])
+        tp = worker_gpus(row) if row["mode"] == "agg" else worker_gpus(row, "decode_")
         samples.setdefault(SILICON_GPUS[row["system"]], []).append(
-            (row["backend"], arch.is_moe, tpot0, arch.num_layers, row["silicon_tpot_ms"]))
+            (row["backend"], arch.is_moe, tpot0, arch.num_layers, batch, 2 * arch.num_layers * (tp > 1),
+             row["silicon_tpot_ms"]))
 
     def fit(items):
-        base, layers, measured = (np.array([it[k] for it in items], float) for k in (2, 3, 4))
+        base, layers, batch, allreduces, measured = (np.array([it[k] for it in items], float)
+                                                     for k in (2, 3, 4, 5, 6))
 
         def predict(x):
-            return base + layers * x[0] * 1e-3 + x[1]
+            return base + (layers * x[0] + batch * x[2] + allreduces * x[3]) * 1e-3 + x[1]
 
-        x, err = _log_fit(predict, measured, [10.0, 1.0], ([0.0, 0.0], [500.0, 100.0]))
-        return round(x[0], 2), round(x[1], 3), len(items), err
+        x, err = _log_fit(predict, measured, [10.0, 1.0, 10.0, 10.0],
+                          ([0.0, 0.0, 0.0, 0.0], [500.0, 100.0, 500.0, 200.0]))
+        return {k: round(float(v), 3) for k, v in zip(OVERHEADS, x)}, len(items), err
 
     out = {}
     for gpu, items in samples.items():
@@ -195,8 +217,8 @@ def fit_overheads(silicon: Path, max_concurrency: int = 256) -> dict:
         for backend in sorted({it[0] for it in items}):
             mine = [it for it in items if it[0] == backend]
             dense = [it for it in mine if not it[1]]
-            if len(mine) >= 8:
-                fits[backend] = fit(dense if len(dense) >= 8 else mine)
+            if len(mine) >= MIN_BACKEND_ROWS:
+                fits[backend] = fit(dense if len(dense) >= MIN_BACKEND_ROWS else mine)
         out[gpu] = fits
     return out
 
@@ -228,20 +250,20 @@ def main() -> None:
         OUT.write_text(json.dumps({**fitted, "default": fitted["H100"]}, indent=1) + "\n")
         hardware._calibration_table.cache_clear()
     overheads = fit_overheads(silicon) if silicon else {}
-    pooled = (float(np.median([f["all"][0] for f in overheads.values()])),
-              float(np.median([f["all"][1] for f in overheads.values()]))) if overheads else (10.0, 1.0)
+    pooled = {k: float(np.median([f["all"][0][k] for f in overheads.values()])) for k in OVERHEADS} \
+        if overheads else {"layer_overhead_us": 10.0, "pass_overhead_ms": 1.0}
     for gpu, entry in fitted.items():
         entry["vidur_layer_overhead_us"] = entry["layer_overhead_us"]
+        entry["vidur_allreduce_latency_us"] = entry["allreduce_latency_us"]
         fits = overheads.get(gpu)
         if fits:
-            layer_us, pass_ms, n, ape = fits["all"]
+            terms, n, ape = fits["all"]
             note = f"{n} calibration rows of silicon_sample.csv, median |rel err| of TPOT {ape:.3f}"
-            entry["backends"] = {b: {"layer_overhead_us": f[0], "pass_overhead_ms": f[1],
-                                     "fit": f"{f[2]} calibration rows, median |rel err| of TPOT {f[3]:.3f}"}
+            entry["backends"] = {b: {**f[0], "fit": f"{f[1]} calibration rows, median |rel err| of TPOT {f[2]:.3f}"}
                                  for b, f in fits.items() if b != "all"}
         else:
-            (layer_us, pass_ms), note = pooled, "median of the other GPUs' fits (no calibration rows)"
-        entry.update(layer_overhead_us=layer_us, pass_overhead_ms=pass_ms, fit_overheads=note)
+            terms, note = pooled, "median of the other GPUs' fits (no calibration rows)"
+        entry.update(**terms, fit_overheads=note)
     fitted["default"] = {**fitted["H100"], "source": "H100 fit (GPU given by a path or unknown)"}
     out = {gpu: {k: v for k, v in e.items()} for gpu, e in fitted.items()}
     text = json.dumps(out, indent=1) + "\n"

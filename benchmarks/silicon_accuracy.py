@@ -15,6 +15,7 @@ ISL and OSL, ``--rounds`` (3) x concurrency requests (the first ``concurrency`` 
 not scored unless ``--first-wave``;
 the users start together, as a benchmark client's do, and identical requests keep them in
 lockstep; ``--staggered`` spreads their starts over one estimated request lifetime instead),
+each worker following the row's engine (``backend``: vllm, sglang or trtllm scheduling),
 aggregated (one worker of TP x attention-DP GPUs per ``batch_size`` of concurrency) or
 disaggregated (``prefill_num_workers`` and ``decode_num_workers``, each pool with its own
 tensor_parallel_size, an instantaneous KV link). Simulated TTFT and TPOT are the means over

@@ -22,6 +22,7 @@ import pandas as pd
 
 from simkit.config import scenario_from_dict
 from simkit.engine import make_latency_model
+from simkit.hardware import load_calibration
 from simkit.request import Request
 from simkit.sim import simulate
 
@@ -114,12 +115,17 @@ def scenario_for(row, conc: int, overheads: Optional[dict] = None, latency_model
     database of the row's backend, latest version)."""
     model, gpu, prec = SILICON_MODELS[row["model_path"]], SILICON_GPUS[row["system"]], precision(row)
     isl = int(row["isl"])
-    engine = {"max_num_batched_tokens": max(8192, isl), "enable_prefix_caching": False}
+    engine = {"max_num_batched_tokens": max(8192, isl), "enable_prefix_caching": False, "backend": row["backend"]}
 
-    def latency(tp: int) -> dict:
+    def latency(tp: int, prefix: str = "") -> dict:
+        extra = dict(overheads or {})
+        dp = max(1, row[f"{prefix}attention_dp_size"])
+        if latency_model == "roofline" and dp > 1 and "sequence_overhead_us" not in extra:
+            # attention-DP ranks prepare and sample their own requests in parallel: the
+            # worker's host time per request is the per-rank one over the ranks
+            extra["sequence_overhead_us"] = load_calibration(gpu, row["backend"]).sequence_overhead_us / dp
         return {"kind": latency_model, "model": model, "gpu": gpu, "precision": prec, "tensor_parallel_size": tp,
-                "kv_cache_dtype": "fp8" if prec != "bf16" else "auto", "backend": row["backend"],
-                **(overheads or {})}
+                "kv_cache_dtype": "fp8" if prec != "bf16" else "auto", "backend": row["backend"], **extra}
 
     if row["mode"] == "agg":
         tp = worker_gpus(row)
@@ -132,8 +138,9 @@ def scenario_for(row, conc: int, overheads: Optional[dict] = None, latency_model
         dworkers = max(1, row["decode_num_workers"])
         # a missing decode batch size (some rows): the concurrency shared by the decode workers
         dbatch = row["decode_batch_size"] * max(1, row["decode_attention_dp_size"]) or -(-conc // dworkers)
-        lat = latency(dtp)
-        pools = {"prefill": {"workers": max(1, row["prefill_num_workers"]), **engine, "latency": latency(ptp)},
+        lat = latency(dtp, "decode_")
+        pools = {"prefill": {"workers": max(1, row["prefill_num_workers"]), **engine,
+                             "latency": latency(ptp, "prefill_")},
                  "decode": {"workers": dworkers, "max_num_seqs": dbatch, **engine}}
     return {"name": row["id"], "latency": lat, "pools": pools,
             "workload": {"kind": "trace", "path": "silicon_sample.csv", "format": "csv"}}

@@ -198,7 +198,9 @@ class RooflineModel:
       attend to at most ``window`` tokens per request);
     * elementwise ops (norms, rotary, activation, residual adds): ``2 T (6 h + 3 I / t)`` bytes;
     * TP all-reduce, two per layer of ``2 T h`` bytes: latency + ``2 (t-1)/t`` bytes / link;
-    * fixed overheads: ``layer_overhead_us`` per layer, ``pass_overhead_ms`` per pass.
+    * fixed overheads: ``layer_overhead_us`` per layer, ``pass_overhead_ms`` per pass and
+      ``sequence_overhead_us`` per request that samples a token (decode requests, plus one
+      when the pass prefills).
 
     Each roofline op takes ``max(FLOPs / (peak * compute_eff), bytes / (bandwidth *
     memory_eff))`` (Williams, Waterman, Patterson, "Roofline", CACM 2009); ops run one after
@@ -215,7 +217,8 @@ class RooflineModel:
         a = self.arch = arch or load_model(spec.model)
         g = self.gpu = gpu or load_gpu(spec.gpu)
         c = calibration or load_calibration(g.name, spec.backend)
-        overrides = {k: getattr(spec, k) for k in ("layer_overhead_us", "pass_overhead_ms")
+        overrides = {k: getattr(spec, k) for k in ("layer_overhead_us", "pass_overhead_ms",
+                                                   "sequence_overhead_us", "allreduce_latency_us")
                      if getattr(spec, k) is not None}
         c = self.cal = attrs.evolve(c, **overrides) if overrides else c
         t = self.tp = spec.tensor_parallel_size
@@ -260,6 +263,7 @@ class RooflineModel:
             self.allreduce_s_per_byte = self.allreduce_fixed_s = 0.0
         self.allreduce_bytes_per_token = 2 * a.num_layers * 2 * a.hidden_size
         self.overhead_s = a.num_layers * c.layer_overhead_us * 1e-6 + c.pass_overhead_ms * S_PER_MS
+        self.sequence_overhead_s = c.sequence_overhead_us * 1e-6
         self._token_part: dict[int, float] = {}
 
     def _roof(self, name: str, flops: float, nbytes: float, flops_per_s: float,
@@ -304,7 +308,7 @@ class RooflineModel:
         if self.tp > 1:
             ops.append(OpCost("allreduce", time_s=self.allreduce_fixed_s
                               + tokens * self.allreduce_bytes_per_token * self.allreduce_s_per_byte))
-        ops.append(OpCost("overhead", time_s=self.overhead_s))
+        ops.append(OpCost("overhead", time_s=self.overhead_s + sampled * self.sequence_overhead_s))
         return ops
 
     def pass_time_s(self, prefill_tokens: int, decode_requests: int, decode_context_tokens: int,

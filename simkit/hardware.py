@@ -328,6 +328,9 @@ class Calibration:
     allreduce_latency_us: float = 10.0
     layer_overhead_us: float = 10.0
     pass_overhead_ms: float = 2.0
+    #: host time per request that samples a token in the pass (input preparation, sampling,
+    #: output processing: the engine's per-request CPU work that scales with the batch)
+    sequence_overhead_us: float = 0.0
     source: str = "default (no fit for this GPU)"
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import attrs
 import pytest
 
 from simkit.cli import main
@@ -189,13 +190,27 @@ def test_table_errors_name_the_file_and_line(tmp_path):
         scenario_from_dict({"pools": {"aggregated": {}}, "latency": {"kind": "table", "path": str(bad)}})
 
 
+def test_sequence_overhead_by_hand():
+    # 5 us per request that samples a token: a pass prefilling one prompt beside 3 decode
+    # requests samples 4 tokens -> 20 us more than without; a decode-only pass of 3 -> 15 us
+    seq = RooflineModel(RooflineLatency(), arch=TOY, gpu=GPU,
+                        calibration=attrs.evolve(IDEAL, sequence_overhead_us=5.0))
+    m = toy()
+    assert seq.pass_time_s(100, 3, 3000) - m.pass_time_s(100, 3, 3000) == pytest.approx(20e-6, rel=1e-9)
+    assert seq.pass_time_s(0, 3, 3000) - m.pass_time_s(0, 3, 3000) == pytest.approx(15e-6, rel=1e-9)
+
+
 def test_overrides_and_backend_overheads():
-    base = RooflineModel(RooflineLatency(model="Llama-3.1-8B", gpu="H100"))
-    # overriding both overheads to 0 removes exactly the fitted fixed time of a pass:
-    # 32 layers * layer_overhead_us + pass_overhead_ms
-    bare = RooflineModel(RooflineLatency(model="Llama-3.1-8B", gpu="H100", layer_overhead_us=0.0,
-                                         pass_overhead_ms=0.0))
-    fixed = 32 * base.cal.layer_overhead_us * 1e-6 + base.cal.pass_overhead_ms * 1e-3
+    base = RooflineModel(RooflineLatency(model="Llama-3.1-8B", gpu="H100", tensor_parallel_size=2))
+    # overriding the four overheads to 0 removes exactly the fitted fixed time of a pass of 4
+    # decode requests at TP 2: 32 layers * layer_overhead_us + pass_overhead_ms
+    # + 4 sampled requests * sequence_overhead_us + 2 all-reduces * 32 layers * allreduce_latency_us
+    bare = RooflineModel(RooflineLatency(model="Llama-3.1-8B", gpu="H100", tensor_parallel_size=2,
+                                         layer_overhead_us=0.0, pass_overhead_ms=0.0,
+                                         sequence_overhead_us=0.0, allreduce_latency_us=0.0))
+    c = base.cal
+    fixed = (32 * c.layer_overhead_us + 4 * c.sequence_overhead_us + 64 * c.allreduce_latency_us) * 1e-6 \
+        + c.pass_overhead_ms * 1e-3
     assert base.pass_time_s(0, 4, 4000) - bare.pass_time_s(0, 4, 4000) == pytest.approx(fixed, rel=1e-9)
     from simkit.hardware import load_calibration
 
