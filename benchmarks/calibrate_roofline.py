@@ -13,8 +13,12 @@ Data (none of it is scored by benchmarks/silicon_accuracy.py except as stated):
    tokens at TP 1/2/4/8. Fits ``gemm_compute_eff``, ``gemm_memory_eff`` and the per-layer
    fixed time ``layer_overhead_us`` (least squares on log time, scipy).
 2. Attention: ``a100_llama2_70b_tp2_attention.csv`` (prefill by chunk and context, decode by
-   batch and context). Fits ``attention_compute_eff`` and ``attention_memory_eff`` (A100; the
-   other GPUs take the A100 fractions: Vidur has no attention table for them).
+   batch and context) fits ``attention_compute_eff`` and ``attention_memory_eff`` for the A100
+   (kept as ``vidur_attention``); every GPU that aiconfigurator-core's per-op database covers
+   (``systems/data/<system>/attention/``: FlashAttention-3/4, FlashInfer, Triton and TRT-LLM
+   kernels, Apache-2.0) takes instead the median fraction of peak its kernels reach where they
+   are compute-bound (prefill) or memory-bound (decode) (``fit_attention_aic``). GPUs in
+   neither take the A100's Vidur fractions.
 3. All-reduce: ``{a100,h100}_dgx_all_reduce.csv`` (message bytes x GPUs). Fits ``comm_eff``
    and ``allreduce_latency_us``.
 4. Host overheads and the all-reduce latency: the calibration subset of aiconfigurator-core's
@@ -139,6 +143,42 @@ def fit_attention(gpu: str, path: Path) -> dict:
             "fit_attention": f"{len(measured)} Vidur rows (A100, Llama-2-70B TP2), median |rel err| {err:.3f}"}
 
 
+def fit_attention_aic(gpu: str, files: list[Path]) -> dict:
+    """Attention efficiencies of ``gpu`` from aiconfigurator-core's per-op attention tables
+    (``systems/data/<system>/attention/<engine>/<version>/{context,generation}_attention_perf
+    .parquet``: one kernel call per row, ``latency`` in ms), all engines pooled; bf16 KV, full
+    attention. The roofline efficiency is the fraction of peak a kernel reaches where it is
+    bound by that resource, so each is the median over the calls that are clearly bound by it:
+    ``attention_compute_eff`` over prefill calls of at least 2e11 FLOPs (``batch_size`` fresh
+    prompts of ``isl`` tokens: ``isl (isl + 1) / 2`` causal pairs each, ``4 head_dim
+    num_heads`` FLOPs a pair), ``attention_memory_eff`` over decode calls reading at least
+    200 MB (``batch_size`` requests over ``step + 1`` tokens of K and V). Shorter calls are
+    launch- and per-request-bound, which the fixed overheads hold."""
+    g = load_gpu(gpu)
+    peak, bw = g.tflops("bf16") * 1e12, g.hbm_gb_per_s * 1e9
+    compute, memory, engines = [], [], set()
+    for f in files:
+        df = pd.read_parquet(f)
+        if "window_size" in df:
+            df = df[df.window_size == 0]
+        df = df[(df.attn_dtype == "bfloat16") & (df.kv_cache_dtype == "bfloat16") & (df.latency > 0)]
+        b, isl, step, t_s = (df[k].to_numpy(float) for k in ("batch_size", "isl", "step", "latency"))
+        t_s = t_s * 1e-3
+        engines.add(f.parent.parent.name)
+        if f.name.startswith("context"):
+            flops = b * isl * (isl + 1) / 2 * 4.0 * (df.num_heads * df.head_dim).to_numpy(float)
+            compute.append((flops / t_s / peak)[flops >= 2e11])
+        else:
+            nbytes = b * (step + 1) * 2.0 * (df.num_key_value_heads * df.head_dim).to_numpy(float) * 2.0
+            memory.append((nbytes / t_s / bw)[nbytes >= 2e8])
+    ce, me = np.concatenate(compute), np.concatenate(memory)
+    q = lambda a: "median {:.3f} (p10 {:.3f}, p90 {:.3f})".format(*np.percentile(a, [50, 10, 90]))  # noqa: E731
+    return {"attention_compute_eff": round(float(np.median(ce)), 4),
+            "attention_memory_eff": round(float(np.median(me)), 4),
+            "fit_attention": f"aiconfigurator-core attention kernels ({', '.join(sorted(engines))}): compute "
+                             f"{q(ce)} over {len(ce)} prefill calls, memory {q(me)} over {len(me)} decode calls"}
+
+
 def fit_allreduce(gpu: str, path: Path) -> dict:
     df = pd.read_csv(path)
     df = df[df["devices_per_node"] == df["num_workers"]]  # one node, NVLink (the engine's case)
@@ -227,6 +267,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--vidur", default=str(ROOT.parent / "shared" / "data" / "vidur_profiling"))
     ap.add_argument("--silicon", default=None, help="silicon_sample.csv (default: the installed aiconfigurator_core's, or /tmp/aic)")
+    ap.add_argument("--aic-data", default=None,
+                    help="aiconfigurator-core's systems/data folder (default: beside silicon_sample.csv)")
     ap.add_argument("--dry-run", action="store_true",
                     help="print, do not write calibration.json (the overhead fit then simulates with the "
                          "efficiencies already in it)")
@@ -246,6 +288,16 @@ def main() -> None:
             fitted[gpu] = {**fitted["H100"], "source": "H100's fitted efficiencies (no Vidur tables for "
                            f"{gpu}; an assumption)"}
     silicon = Path(args.silicon) if args.silicon else find_silicon()
+    # attention on each GPU's own kernels where aiconfigurator-core measured them (Vidur has
+    # attention for the A100 only, with older kernels)
+    systems = {gpu: system for system, gpu in SILICON_GPUS.items()}
+    data = Path(args.aic_data) if args.aic_data else (silicon.parent / "data" if silicon else None)
+    for gpu, entry in fitted.items():
+        files = sorted((data / systems[gpu] / "attention").glob("*/*/*_attention_perf.parquet")) \
+            if data and gpu in systems else []
+        if files:
+            entry["vidur_attention"] = entry.pop("fit_attention")
+            entry.update(fit_attention_aic(gpu, files))
     if not args.dry_run:  # the overhead fit simulates with the efficiencies just fitted
         OUT.write_text(json.dumps({**fitted, "default": fitted["H100"]}, indent=1) + "\n")
         hardware._calibration_table.cache_clear()
