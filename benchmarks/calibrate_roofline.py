@@ -288,22 +288,24 @@ def main() -> None:
             fitted[gpu] = {**fitted["H100"], "source": "H100's fitted efficiencies (no Vidur tables for "
                            f"{gpu}; an assumption)"}
     silicon = Path(args.silicon) if args.silicon else find_silicon()
+    if silicon is None or not silicon.is_file():
+        sys.exit("silicon_sample.csv not found: pass --silicon PATH (unpack the whole aiconfigurator-core "
+                 "wheel: its systems/data/ holds the attention tables) or pip install -e '.[aic]'")
     # attention on each GPU's own kernels where aiconfigurator-core measured them (Vidur has
     # attention for the A100 only, with older kernels)
     systems = {gpu: system for system, gpu in SILICON_GPUS.items()}
-    data = Path(args.aic_data) if args.aic_data else (silicon.parent / "data" if silicon else None)
+    data = Path(args.aic_data) if args.aic_data else silicon.parent / "data"
     for gpu, entry in fitted.items():
         files = sorted((data / systems[gpu] / "attention").glob("*/*/*_attention_perf.parquet")) \
-            if data and gpu in systems else []
+            if gpu in systems else []
         if files:
             entry["vidur_attention"] = entry.pop("fit_attention")
             entry.update(fit_attention_aic(gpu, files))
     if not args.dry_run:  # the overhead fit simulates with the efficiencies just fitted
         OUT.write_text(json.dumps({**fitted, "default": fitted["H100"]}, indent=1) + "\n")
         hardware._calibration_table.cache_clear()
-    overheads = fit_overheads(silicon) if silicon else {}
-    pooled = {k: float(np.median([f["all"][0][k] for f in overheads.values()])) for k in OVERHEADS} \
-        if overheads else {"layer_overhead_us": 10.0, "pass_overhead_ms": 1.0}
+    overheads = fit_overheads(silicon)
+    pooled = {k: float(np.median([f["all"][0][k] for f in overheads.values()])) for k in OVERHEADS}
     for gpu, entry in fitted.items():
         entry["vidur_layer_overhead_us"] = entry["layer_overhead_us"]
         entry["vidur_allreduce_latency_us"] = entry["allreduce_latency_us"]
