@@ -34,14 +34,16 @@ class Environment(simpy.Environment):
 
 
 class Reserve:
-    """Router -> decode worker (SGLang-style pairing): reserve room for ``request``'s KV; the
-    decode worker answers at its next pass boundary, and only then is the request sent to a
-    prefill worker (the reference's sglang core dispatches this way)."""
+    """Router -> decode worker (SGLang-style pairing): reserve room for a request's KV; the
+    decode worker queues it and answers at a pass boundary, and only then is the request sent
+    to a prefill worker (the reference's sglang core dispatches this way). ``between_passes``:
+    it was sent while the worker ran no pass, so it is answered at once, not at the pass end."""
 
-    __slots__ = ("request",)
+    __slots__ = ("seq", "between_passes")
 
-    def __init__(self, request) -> None:
-        self.request = request
+    def __init__(self, seq, between_passes: bool = False) -> None:
+        self.seq = seq  #: the request's state on that worker (a ``simkit.scheduler.Seq``)
+        self.between_passes = between_passes
 
 
 class Handoff:

@@ -24,7 +24,6 @@ from simkit.config import (
     RouterSpec,
     SessionAffinityRouter,
 )
-from simkit.messages import Reserve
 from simkit.probe import Probe
 from simkit.worker import Stuck
 
@@ -237,10 +236,7 @@ class Router:
         self.probe.dispatched(request.rid, self.env.now)
         if self.pair_at_dispatch:
             decode = self.paired[request.rid] = self.decode_policy.pick(request, self.decode_workers)
-            if decode.idle:  # an idle decode worker reserves at once
-                self.send_reserved(request)
-            else:
-                decode.inbox.put(Reserve(request))
+            decode.request_reservation(request)  # it calls send_reserved once it has room
             return
         self.entry_policy.pick(request, workers).inbox.put(request)
 
