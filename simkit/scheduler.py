@@ -143,7 +143,7 @@ class VllmScheduler:
         #: decode role (sglang): requests whose prompt KV room is reserved here (pages taken,
         #: cached prefix held) while their prompt is computed elsewhere, by request id
         self.reserved: dict[int, Seq] = {}
-        self.ready = 0  #: reserved requests whose KV arrived, waiting first in ``waiting``
+        self.ready = 0  #: requests whose prompt KV arrived, waiting first in ``waiting`` (see add)
         #: by request id, the index into its ``hash_ids`` from which every id is private (held by
         #: no other request, nor twice by it); None: unknown, track every key (see kvcache)
         self.private_ids: Optional[Sequence[int]] = None
@@ -605,18 +605,21 @@ class SglangScheduler(VllmScheduler):
         the next decode pass."""
         seq = self.reserved.pop(rid)
         self._register(seq, len(seq.held), seq.prompt_len)
-        waiting = self.waiting
-        if waiting and not waiting[-1].transferred:  # ahead of retracted requests (see _preempt)
-            waiting.insert(self.ready, seq)
+        self.add(seq)
+
+    def add(self, seq: Seq) -> None:
+        """Queue a request; one whose prompt KV arrived (decode role) goes behind the others
+        that did and ahead of every retracted or fresh prompt: the requests with KV run first
+        and no prompt is admitted while they wait (the reference's sglang core keeps them in
+        a queue of their own, promoted before any admission, ``prebuilt_ready``)."""
+        if seq.transferred:
+            self.waiting.insert(self.ready, seq)
+            self.ready += 1
         else:
-            waiting.append(seq)
-        self.ready += 1
+            self.waiting.append(seq)
 
     def _preempt(self, seq: Seq) -> None:
-        # a retracted request waits behind the requests whose prompt KV arrived: these run
-        # first and no prompt is admitted while they wait (the reference's sglang core keeps
-        # them in a queue of their own, promoted before any admission)
-        super()._preempt(seq)
+        super()._preempt(seq)  # first in line among the retracted, behind the ready (see add)
         if self.ready:
             self.waiting.popleft()
             self.waiting.insert(self.ready, seq)
@@ -637,6 +640,8 @@ class SglangScheduler(VllmScheduler):
         reset = self._extend(batch)
         if not batch.entries:
             reset = self._decode(batch) or reset
+            if not batch.entries and batch.preempted:  # the retraction made room for a prompt
+                reset = self._extend(batch) or reset
             if not batch.entries:
                 return None
         if reset:
@@ -664,7 +669,7 @@ class SglangScheduler(VllmScheduler):
         if len(fresh) < 2:
             return
         fresh.sort(key=lambda s: -self._lookup(s)[0])
-        self.waiting = deque(fresh + [s for s in waiting if s.transferred])
+        self.waiting = deque([s for s in waiting if s.transferred] + fresh)  # ready ones stay first
 
     def _extend(self, batch: Batch) -> bool:
         """Fill an extend pass into ``batch``; returns whether KV ran out (ratio reset)."""
@@ -779,6 +784,14 @@ class SglangScheduler(VllmScheduler):
             self._preempt(victim)
             batch.preempted.append(victim)
             retracted = admit = True
+        elif self.ready and len(running) >= self.max_num_seqs and not any(
+                s.computed >= s.prefill_target for s in running):
+            # likewise prompts that cannot extend for want of pages hold every seat
+            while len(running) >= self.max_num_seqs:
+                victim = running.pop()
+                self._preempt(victim)
+                batch.preempted.append(victim)
+            retracted = admit = True
         for seq in running:
             computed = seq.computed
             if computed < seq.prefill_target:
@@ -806,6 +819,7 @@ class SglangScheduler(VllmScheduler):
                 self._admit(batch, 1, only_transferred=True)
                 if len(running) == n:
                     return
+                self.ready -= 1
                 continue
             waiting.popleft()
             self.ready -= 1

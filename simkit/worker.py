@@ -263,10 +263,13 @@ class Worker:
         what the worker's prefix cache holds (:meth:`SglangScheduler.reserve`)."""
         pending = self.pending_reserve
         reserve = self.sched.reserve
-        for _ in range(self.reserve_credit):
-            if not pending or not reserve(pending[0]):
-                break
-            self.on_reserved(pending.popleft().req)
+        credit = self.reserve_credit
+        while credit and pending and reserve(pending[0]):
+            seq = pending.popleft()
+            # a request with no output never reaches this worker, so no KV arrival of its own
+            # will retry the next: it takes no attempt
+            credit -= seq.output_len > 0
+            self.on_reserved(seq.req)
 
     def _accept(self, msg) -> None:
         if type(msg) is Released:
