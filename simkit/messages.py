@@ -48,14 +48,16 @@ class Reserve:
 
 class Handoff:
     """Prefill worker -> link -> decode worker: a request whose prompt KV was computed, with
-    the prompt's block identity keys for ``block_size`` (so the decode side need not redo them)."""
+    the prompt's block identity keys for ``block_size`` (so the decode side need not redo them).
+    ``source``: the prefill worker, when the decode worker (not the link) releases its KV."""
 
-    __slots__ = ("request", "block_keys", "block_size")
+    __slots__ = ("request", "block_keys", "block_size", "source")
 
     def __init__(self, request, block_keys, block_size: int) -> None:
         self.request = request
         self.block_keys = block_keys
         self.block_size = block_size
+        self.source = None
 
     def __repr__(self) -> str:
         return f"Handoff({self.request.rid})"

@@ -836,8 +836,11 @@ class SglangScheduler(VllmScheduler):
         bs = self.block_size
         kv = self.kv
         slot = self.decode_slot
+        held_back = self.role == "prefill"
         for seq, n, is_prefill in batch.entries:
             if is_prefill:
+                if held_back and seq.computed + n >= seq.prefill_target and seq.output_len:
+                    continue  # its last pages enter the tree when the handoff releases them
                 self._register(seq, seq.computed // bs, seq.computed + n)
                 if (seq.computed + n) // bs > seq.computed // bs:
                     self._touch(seq)  # inserting its new pages refreshes its path
@@ -857,6 +860,19 @@ class SglangScheduler(VllmScheduler):
                 if not is_prefill and (seq.computed + n + slot) // bs > (seq.computed + slot) // bs:
                     self._touch(seq)  # a generated token completes a page, inserted at once
         return super().complete(batch)
+
+    def release(self, rid: int) -> None:
+        """:meth:`VllmScheduler.release`, after the prompt pages of the request's last prefill
+        pass join the prefix cache, which uses its path: the reference's sglang core inserts
+        a handed-off prompt's pages when the source is released, at the decode side's
+        activation (measured: of two prompts prefilled in one pass, the one whose decode
+        worker was busy, released ~4 ms later, is evicted after the other)."""
+        seq = self.held[rid]
+        first = len(seq.held) + seq.private  # its pages so far are keyed or private, in order
+        if seq.computed // self.block_size > first:
+            self._register(seq, first, seq.computed)
+            self._touch(seq)
+        super().release(rid)
 
     def _touch(self, seq: Seq) -> None:
         """``seq``'s cached path is used now: it moves last in the eviction order."""

@@ -288,6 +288,8 @@ class Worker:
             if sched.reserved and rid in sched.reserved:  # its room was reserved at dispatch: a retry is owed
                 sched.activate(rid)
                 self.reserve_credit += 1
+                if msg.source is not None:  # the prefill side frees the KV now
+                    msg.source.inbox.put(Released(rid))
                 return
             seq = Seq(msg.request, transferred=True)
             if msg.block_size == sched.block_size and sched.caching:

@@ -192,14 +192,15 @@ def test_backend_settings_that_would_be_ignored_are_refused(pool, message):
     assert err.value.messages == [f"<scenario>: {message}"]
 
 
-def sglang_disagg(reqs, prefill=4, num_gpu_blocks=1000, **pool):
-    """Run ``reqs`` on sglang prefill workers and one sglang decode worker with 16-token pages
-    and the reference's polynomial pricing, as the reference was probed."""
+def sglang_disagg(reqs, prefill=4, decode=1, num_gpu_blocks=1000, prefill_blocks=None):
+    """Run ``reqs`` on sglang prefill and decode workers with 16-token pages and the
+    reference's polynomial pricing, as the reference was probed."""
     data = {"workload": {"kind": "synthetic", "trace_block_size": 16},
             "latency": {"kind": "polynomial", "prefill_tokens_from_batch_means": True},
-            "pools": {role: dict({"backend": "sglang", "block_size": 16, "num_gpu_blocks": num_gpu_blocks,
-                                  "workers": n, "sglang": {"budgets_count_chunks": True}}, **pool)
-                      for role, n in (("prefill", prefill), ("decode", 1))}}
+            "pools": {role: {"backend": "sglang", "block_size": 16, "num_gpu_blocks": blocks, "workers": n,
+                             "sglang": {"budgets_count_chunks": True}}
+                      for role, n, blocks in (("prefill", prefill, prefill_blocks or num_gpu_blocks),
+                                              ("decode", decode, num_gpu_blocks))}}
     return simulate(scenario_from_dict(data), reqs)
 
 
@@ -257,6 +258,30 @@ def test_sglang_reservation_holds_the_prompt_pages_until_the_request_ends():
     r0, r1, r2 = sglang_disagg(reqs, num_gpu_blocks=20).requests
     assert r2.first_admitted_at == r1.finished_at
     assert (r1.first_admitted_at * 1000, r2.first_admitted_at * 1000) == pytest.approx((32.987, 126.730), abs=1e-3)
+
+
+@pytest.mark.parametrize("reused_prompt, cached", [([11, 12, 13, 14], 64), ([21, 22, 23, 24], 0)])
+def test_sglang_prefill_pages_enter_the_cache_when_the_decode_side_takes_the_kv(reused_prompt, cached):
+    # 1 prefill worker (47 pages of 16 tokens), 2 decode workers (round robin from r0). A
+    # (t=0) keeps decode worker 0 busy for 300 tokens; X, P0 (32 pages), Y, B, C follow. P0, B
+    # and C are prefilled in one pass (56.74 -> 83.12 ms). C's decode worker is idle: it takes
+    # C's KV at once, and the prefill side frees C's pages, which enter its prefix cache, used
+    # now. P0's and B's decode worker is mid-pass: it takes their KV at its pass end (86.74
+    # ms), and only then do their pages enter the cache, used later than C's. The cache then
+    # holds 43 pages (A, X, Y 1 each, P0 32, B and C 4 each), 4 free. D (t=200, 41 pages)
+    # evicts 37, least recently used first: A, X, Y, C's 4 and 30 of P0's, not B's. So E
+    # (t=300, B's 4 pages + 1) reuses 64 tokens, and with C's 4 pages + 1 it reuses none.
+    # Measured on the reference: 64 and 0. (At the prefill pass end, as before, C's pages
+    # would be the newer: E would reuse 32 and 64.)
+    reqs = [req(0, 0, 16, 300, [1], tbs=16), req(1, 0, 16, 1, [2], tbs=16),
+            req(2, 40, 512, 1, range(100, 132), tbs=16), req(3, 40, 16, 1, [3], tbs=16),
+            req(4, 42, 64, 2, [11, 12, 13, 14], tbs=16), req(5, 48, 64, 2, [21, 22, 23, 24], tbs=16),
+            req(6, 200, 41 * 16, 1, range(300, 341), tbs=16), req(7, 300, 80, 1, reused_prompt + [99], tbs=16)]
+    recs = sglang_disagg(reqs, prefill=1, decode=2, prefill_blocks=47).requests
+    p0, b, c = recs[2], recs[4], recs[5]
+    assert p0.prefilled_at == b.prefilled_at == c.prefilled_at == c.decode_admitted_at
+    assert b.decode_admitted_at * 1000 == pytest.approx(86.738, abs=1e-3)  # the busy worker's pass end
+    assert recs[7].cached_tokens == cached
 
 
 def test_sglang_lone_decode_request_starved_by_reservations_is_retracted():
