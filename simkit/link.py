@@ -39,6 +39,10 @@ class KvLink:
         #: destination_missing: picks (and reserves) a decode worker for a request whose prefill
         #: ended, or returns None when none is routable (the handoff then goes the usual way)
         self.place: Optional[Callable] = None
+        #: the decode worker releases the source's KV when it takes the request in (sglang,
+        #: paired at dispatch: the reference frees the prefill side when the decode side
+        #: activates the transfer, at its pass end if it is busy), not the link at arrival
+        self.release_at_destination = False
 
     def transfer_s(self, request: Request, tokens: Optional[int] = None) -> float:
         """Serialisation time in seconds of ``tokens`` (default: the whole prompt) of KV of
@@ -53,6 +57,8 @@ class KvLink:
         ``timing_mode: destination_missing`` and a decode worker to place it on now (``place``),
         only the prompt tokens that worker does not cache are moved, straight to its inbox."""
         self.in_flight += 1
+        if self.release_at_destination:
+            handoff.source = source
         dest = self.place(handoff.request) if self.place is not None else None
         tokens = None
         if dest is not None:
@@ -79,4 +85,5 @@ class KvLink:
         else:
             dest.expected_handoffs -= 1
             dest.inbox.put(handoff)
-        source.inbox.put(Released(request.rid))
+        if not self.release_at_destination:
+            source.inbox.put(Released(request.rid))

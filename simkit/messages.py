@@ -34,26 +34,30 @@ class Environment(simpy.Environment):
 
 
 class Reserve:
-    """Router -> decode worker (SGLang-style pairing): reserve room for ``request``'s KV; the
-    decode worker answers at its next pass boundary, and only then is the request sent to a
-    prefill worker (the reference's sglang core dispatches this way)."""
+    """Router -> decode worker (SGLang-style pairing): reserve room for a request's KV; the
+    decode worker queues it and answers at a pass boundary, and only then is the request sent
+    to a prefill worker (the reference's sglang core dispatches this way). ``between_passes``:
+    it was sent while the worker ran no pass, so it is answered at once, not at the pass end."""
 
-    __slots__ = ("request",)
+    __slots__ = ("seq", "between_passes")
 
-    def __init__(self, request) -> None:
-        self.request = request
+    def __init__(self, seq, between_passes: bool = False) -> None:
+        self.seq = seq  #: the request's state on that worker (a ``simkit.scheduler.Seq``)
+        self.between_passes = between_passes
 
 
 class Handoff:
     """Prefill worker -> link -> decode worker: a request whose prompt KV was computed, with
-    the prompt's block identity keys for ``block_size`` (so the decode side need not redo them)."""
+    the prompt's block identity keys for ``block_size`` (so the decode side need not redo them).
+    ``source``: the prefill worker, when the decode worker (not the link) releases its KV."""
 
-    __slots__ = ("request", "block_keys", "block_size")
+    __slots__ = ("request", "block_keys", "block_size", "source")
 
     def __init__(self, request, block_keys, block_size: int) -> None:
         self.request = request
         self.block_keys = block_keys
         self.block_size = block_size
+        self.source = None
 
     def __repr__(self) -> str:
         return f"Handoff({self.request.rid})"

@@ -24,7 +24,6 @@ from simkit.config import (
     RouterSpec,
     SessionAffinityRouter,
 )
-from simkit.messages import Reserve
 from simkit.probe import Probe
 from simkit.worker import Stuck
 
@@ -187,11 +186,11 @@ class Router:
         #: pick the decode worker when the request is dispatched, not when its KV arrives: SGLang's
         #: PD disaggregation pairs prefill and decode workers up front (the reference's sglang
         #: core does too: request i goes to decode worker i mod N under round robin). The
-        #: decode worker reserves room for the KV (at once if idle, else one request per pass
-        #: end, in order) and only then is the request sent to a prefill worker, as the
-        #: reference does (measured: a burst of requests paired with a busy decode worker is
-        #: reserved one per decode pass, and round robin over the prefill pool follows the
-        #: reservation order)
+        #: decode worker reserves room for the KV (at once if idle, else in order at its pass
+        #: boundaries: see ``Worker.request_reservation``) and only then is the request sent to
+        #: a prefill worker, as the reference does (measured: a burst of requests paired with a
+        #: busy decode worker is reserved one per decode pass, and round robin over the
+        #: prefill pool follows the reservation order)
         self.pair_at_dispatch = pair_at_dispatch
         self.paired: dict = {}  #: rid -> decode worker chosen at dispatch
         self.probe = probe
@@ -237,10 +236,7 @@ class Router:
         self.probe.dispatched(request.rid, self.env.now)
         if self.pair_at_dispatch:
             decode = self.paired[request.rid] = self.decode_policy.pick(request, self.decode_workers)
-            if decode.idle:  # an idle decode worker reserves at once
-                self.send_reserved(request)
-            else:
-                decode.inbox.put(Reserve(request))
+            decode.request_reservation(request)  # it calls send_reserved once it has room
             return
         self.entry_policy.pick(request, workers).inbox.put(request)
 

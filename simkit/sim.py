@@ -126,6 +126,7 @@ class Simulation:
         if self.router.pair_at_dispatch:
             for worker in self.pools["decode"]:
                 worker.on_reserved = self.router.send_reserved
+            self.link.release_at_destination = True
         if scenario.router_queue.enabled:
             self._pass_end_hook = self.router.poke
             for worker in self.pools[entry_name]:

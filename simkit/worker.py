@@ -130,6 +130,10 @@ class Worker:
         self.on_reserved: Optional[Callable[[Request], None]] = None
         #: requests waiting for this (busy) decode worker to reserve room for their KV
         self.pending_reserve: deque = deque()
+        #: attempts owed to the head of ``pending_reserve`` at the next pass boundary (see
+        #: :meth:`_answer_reservations`)
+        self.reserve_credit = 0
+        self.in_pass = False  #: a forward pass (or a fast-forwarded run of them) is under way
 
     def publish_kv_events(self, lag_s: float) -> None:
         """From now on, announce blocks stored and evicted; the router's view of this worker's
@@ -229,6 +233,44 @@ class Worker:
             raise Stuck(f"worker {self.name} ran {self.stalled} passes without producing a token "
                         f"or finishing a prompt (at t={self.env.now:.6f} s): {sched.describe()}")
 
+    def request_reservation(self, request: Request) -> None:
+        """Router -> this decode worker (paired at dispatch): reserve room for ``request``'s
+        prompt KV, then send it on (``on_reserved``). A request that can never fit here is
+        rejected at once. With no pass under way and nothing queued the attempt is made now;
+        otherwise the request queues and is answered at a pass boundary (see
+        :meth:`_answer_reservations`)."""
+        seq = Seq(request, transferred=True)
+        if not self.sched.fits_ever(seq):
+            self.probe.finished(seq.rid, self.env.now, REJECTED)
+        elif self.idle and not self.inbox.items:
+            if self.sched.reserve(seq):
+                self.on_reserved(request)
+            else:
+                self.pending_reserve.append(seq)  # retried when an event reaches the worker
+        else:
+            self.inbox.put(Reserve(seq, between_passes=not self.in_pass))
+
+    def _answer_reservations(self) -> None:
+        """Reserve room for the oldest pending requests, one attempt per credit, stopping at
+        the first that does not fit (it stays first in line).
+
+        The reference's sglang core (measured on ai-dynamo-runtime 1.6.1, and
+        ``SglangCore::retry_pending_destinations`` in the Dynamo sources) retries only the
+        head of its pending destinations, and does so once per pass end, once per prompt KV
+        arrival (one that arrives during a pass is applied at its end, and still retries) and
+        once per reservation request that reaches it between passes; one that reaches it
+        during a pass waits for the pass end. A reservation takes the prompt's pages beyond
+        what the worker's prefix cache holds (:meth:`SglangScheduler.reserve`)."""
+        pending = self.pending_reserve
+        reserve = self.sched.reserve
+        credit = self.reserve_credit
+        while credit and pending and reserve(pending[0]):
+            seq = pending.popleft()
+            # a request with no output never reaches this worker, so no KV arrival of its own
+            # will retry the next: it takes no attempt
+            credit -= seq.output_len > 0
+            self.on_reserved(seq.req)
+
     def _accept(self, msg) -> None:
         if type(msg) is Released:
             self.sched.release(msg.rid)
@@ -237,16 +279,25 @@ class Worker:
             self.draining = True
             return
         if type(msg) is Reserve:
-            self.pending_reserve.append(msg.request)  # answered one per pass boundary (serve)
+            self.pending_reserve.append(msg.seq)
+            self.reserve_credit += msg.between_passes
             return
+        sched = self.sched
         if type(msg) is Handoff:
+            rid = msg.request.rid
+            if sched.reserved and rid in sched.reserved:  # its room was reserved at dispatch: a retry is owed
+                sched.activate(rid)
+                self.reserve_credit += 1
+                if msg.source is not None:  # the prefill side frees the KV now
+                    msg.source.inbox.put(Released(rid))
+                return
             seq = Seq(msg.request, transferred=True)
-            if msg.block_size == self.sched.block_size and self.sched.caching:
+            if msg.block_size == sched.block_size and sched.caching:
                 seq.keys = msg.block_keys
         else:
             seq = Seq(msg)
-        if self.sched.fits_ever(seq):
-            self.sched.add(seq)
+        if sched.fits_ever(seq):
+            sched.add(seq)
         else:
             self.probe.finished(seq.rid, self.env.now, REJECTED)
 
@@ -274,16 +325,16 @@ class Worker:
                 if self.draining and not sched.held and not inbox.items and not self.expected_handoffs:
                     self.on_stop(self)
                     return
+                if not inbox.items:
+                    self.reserve_credit = 0  # nothing pending at the pass end: its retry is spent
                 self._accept((yield inbox.get()))
             yield PassBoundary(env, rank)
             for msg in inbox.drain():
                 self._accept(msg)
-            if pending_reserve:
-                # the reference's sglang core reserves one pending destination per pass end,
-                # and, with no pass to run, one per event that reaches the worker (a prompt's
-                # KV arriving, another reservation): measured, a reservation left pending when
-                # the last decode ends waits for the next KV arrival
-                self.on_reserved(pending_reserve.popleft())
+            if self.reserve_credit:
+                if pending_reserve:
+                    self._answer_reservations()
+                self.reserve_credit = 0
             batch = sched.schedule()
             if batch is None:
                 if sched.has_work() or pending_reserve:  # blocked: wait for a message
@@ -301,10 +352,13 @@ class Worker:
                                  prefill_attention_pairs(batch))
             else:
                 dt = pass_time_s(prefill_tokens, batch.decode_requests, batch.decode_context_tokens)
+            self.in_pass = True
             if self.fast_forward and not pending_reserve:
                 k = sched.decode_run_length(batch)
                 if k > 1:
                     yield from self._decode_run(batch, k)
+                    self.in_pass = False
+                    self.reserve_credit = 1  # the pass end retries a pending reservation
                     continue
             kv_blocks = sched.kv.used_blocks
             yield env.timeout(dt)
@@ -315,6 +369,8 @@ class Worker:
                     pool, wid, now, env.now, batch.prefill_tokens, batch.decode_requests,
                     batch.decode_context_tokens, kv_blocks, len(batch.preempted), len(batch.admitted)))
             emitted, finished, prefilled = sched.complete(batch)
+            self.in_pass = False
+            self.reserve_credit = 1  # the pass end retries a pending reservation
             if self.on_pass_end is not None:
                 self.on_pass_end()
             if emitted or finished or prefilled:

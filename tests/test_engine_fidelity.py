@@ -192,6 +192,18 @@ def test_backend_settings_that_would_be_ignored_are_refused(pool, message):
     assert err.value.messages == [f"<scenario>: {message}"]
 
 
+def sglang_disagg(reqs, prefill=4, decode=1, num_gpu_blocks=1000, prefill_blocks=None):
+    """Run ``reqs`` on sglang prefill and decode workers with 16-token pages and the
+    reference's polynomial pricing, as the reference was probed."""
+    data = {"workload": {"kind": "synthetic", "trace_block_size": 16},
+            "latency": {"kind": "polynomial", "prefill_tokens_from_batch_means": True},
+            "pools": {role: {"backend": "sglang", "block_size": 16, "num_gpu_blocks": blocks, "workers": n,
+                             "sglang": {"budgets_count_chunks": True}}
+                      for role, n, blocks in (("prefill", prefill, prefill_blocks or num_gpu_blocks),
+                                              ("decode", decode, num_gpu_blocks))}}
+    return simulate(scenario_from_dict(data), reqs)
+
+
 def test_sglang_decode_worker_left_idle_holds_pending_reservations_until_kv_arrives():
     # 4 prefill workers, 1 decode worker, 16-token pages (the reference's sglang core pairs a
     # request with its decode worker at dispatch; the decode worker reserves room for it, one
@@ -201,16 +213,137 @@ def test_sglang_decode_worker_left_idle_holds_pending_reservations_until_kv_arri
     # r4 stays pending until the next event reaches it: r1's KV, at r1's prefill end
     # (1029.39 + P(64) = 1046.86 ms), not at once. Measured on the reference (same settings):
     # r1..r4 admitted by their prefill workers 4.39, 9.35, 14.32, 18.86 ms after arriving.
-    data = {"workload": {"kind": "synthetic", "trace_block_size": 16},
-            "latency": {"kind": "polynomial", "prefill_tokens_from_batch_means": True},
-            "pools": {role: {"backend": "sglang", "block_size": 16, "num_gpu_blocks": 1000, "workers": n,
-                             "sglang": {"budgets_count_chunks": True}}
-                      for role, n in (("prefill", 4), ("decode", 1))}}
     reqs = [req(0, 1000, 64, 4, [21, 22, 23, 24], tbs=16)]
     reqs += [req(i, 1024 + i, 64, 2, [10 * i + 21 + j for j in range(4)], tbs=16) for i in range(1, 5)]
-    r0, r1, r2, r3, r4 = simulate(scenario_from_dict(data), reqs).requests
+    r0, r1, r2, r3, r4 = sglang_disagg(reqs).requests
     assert r3.first_admitted_at == r0.finished_at  # reserved at r0's last pass end
     assert r4.first_admitted_at == r1.decode_admitted_at == r1.prefilled_at  # r1's KV arrives
     assert r1.prefilled_at * 1000 == ms(r1.first_admitted_at * 1000 + P(64))
     waits = [(r.first_admitted_at - r.arrived_at) * 1000 for r in (r1, r2, r3, r4)]
     assert waits == pytest.approx([4.39, 9.35, 14.32, 18.86], abs=0.01)
+
+
+def test_sglang_kv_arriving_during_a_decode_pass_reserves_one_more_at_its_end():
+    # 8 prefill workers (each reserved request is admitted by one at once), 1 decode worker.
+    # r0 (t=0) decodes 60 tokens, one pass every ~6 ms (D(a, 16000) ~ 5.96 ms); r1..r6 (64
+    # tokens, 2 each) arrive at 25 ms, during its pass 23.43 -> 29.39 ms. A reservation that
+    # reaches a busy worker waits for the pass end, and each pass end reserves one: 29.39,
+    # 35.35, 41.32 ms. The first reserved prompt's KV arrives at 29.39 + P(64) = 46.86 ms,
+    # during the pass that ends at 47.29 ms: that pass end reserves two (its own retry and
+    # the arrival's); likewise the second's KV (52.83 ms) before the 53.47 ms pass end, which
+    # reserves the last. So the prefill admissions, in order, are the pass ends e2, e3, e4,
+    # e5, e5, e6 of r0's tokens 2..6 (one per pass end alone would end at e7).
+    # Measured on the reference: 29.390, 35.352, 41.318, 47.287, 47.287, 53.474 ms (which
+    # request takes which is random there; the times are not).
+    reqs = [req(0, 0, 64, 60, [21, 22, 23, 24], tbs=16)]
+    reqs += [req(i, 25, 64, 2, [100 + 10 * i + j for j in range(4)], tbs=16) for i in range(1, 7)]
+    records = sglang_disagg(reqs, prefill=8)
+    e = records.token_times[0]  # r0's token times: e[k - 1] is pass end e_k
+    admitted = sorted(r.first_admitted_at for r in records.requests[1:])
+    assert admitted == [e[1], e[2], e[3], e[4], e[4], e[5]]
+    assert [t * 1000 for t in admitted] == pytest.approx([29.390, 35.352, 41.318, 47.287, 47.287, 53.474],
+                                                         abs=1e-3)
+
+
+def test_sglang_reservation_holds_the_prompt_pages_until_the_request_ends():
+    # 20 pages of 16 tokens. r0 (t=0, 64 tokens, 60 out) decodes holding 5 pages. r1 and r2
+    # (t=25 ms, 160-token prompts: 10 pages each) are paired with the decode worker; the
+    # first pass end after 25 ms reserves r1: 10 pages, 5 left. r2 does not fit (10 > 5) and
+    # waits, though r1's prompt is not computed yet, until pages free: at r1's end (its 10
+    # pages then cached, so evictable). Its prefill admission is r1's finish time.
+    # Measured on the reference: the first reserved at 32.987 ms, the second at 126.730 ms,
+    # when the first ends (there, which of r1 and r2 goes first is random).
+    reqs = [req(0, 0, 64, 60, [21, 22, 23, 24], tbs=16)]
+    reqs += [req(i, 25, 160, 2, [100 + 20 * i + j for j in range(10)], tbs=16) for i in (1, 2)]
+    r0, r1, r2 = sglang_disagg(reqs, num_gpu_blocks=20).requests
+    assert r2.first_admitted_at == r1.finished_at
+    assert (r1.first_admitted_at * 1000, r2.first_admitted_at * 1000) == pytest.approx((32.987, 126.730), abs=1e-3)
+
+
+@pytest.mark.parametrize("reused_prompt, cached", [([11, 12, 13, 14], 64), ([21, 22, 23, 24], 0)])
+def test_sglang_prefill_pages_enter_the_cache_when_the_decode_side_takes_the_kv(reused_prompt, cached):
+    # 1 prefill worker (47 pages of 16 tokens), 2 decode workers (round robin from r0). A
+    # (t=0) keeps decode worker 0 busy for 300 tokens; X, P0 (32 pages), Y, B, C follow. P0, B
+    # and C are prefilled in one pass (56.74 -> 83.12 ms). C's decode worker is idle: it takes
+    # C's KV at once, and the prefill side frees C's pages, which enter its prefix cache, used
+    # now. P0's and B's decode worker is mid-pass: it takes their KV at its pass end (86.74
+    # ms), and only then do their pages enter the cache, used later than C's. The cache then
+    # holds 43 pages (A, X, Y 1 each, P0 32, B and C 4 each), 4 free. D (t=200, 41 pages)
+    # evicts 37, least recently used first: A, X, Y, C's 4 and 30 of P0's, not B's. So E
+    # (t=300, B's 4 pages + 1) reuses 64 tokens, and with C's 4 pages + 1 it reuses none.
+    # Measured on the reference: 64 and 0. (At the prefill pass end, as before, C's pages
+    # would be the newer: E would reuse 32 and 64.)
+    reqs = [req(0, 0, 16, 300, [1], tbs=16), req(1, 0, 16, 1, [2], tbs=16),
+            req(2, 40, 512, 1, range(100, 132), tbs=16), req(3, 40, 16, 1, [3], tbs=16),
+            req(4, 42, 64, 2, [11, 12, 13, 14], tbs=16), req(5, 48, 64, 2, [21, 22, 23, 24], tbs=16),
+            req(6, 200, 41 * 16, 1, range(300, 341), tbs=16), req(7, 300, 80, 1, reused_prompt + [99], tbs=16)]
+    recs = sglang_disagg(reqs, prefill=1, decode=2, prefill_blocks=47).requests
+    p0, b, c = recs[2], recs[4], recs[5]
+    assert p0.prefilled_at == b.prefilled_at == c.prefilled_at == c.decode_admitted_at
+    assert b.decode_admitted_at * 1000 == pytest.approx(86.738, abs=1e-3)  # the busy worker's pass end
+    assert recs[7].cached_tokens == cached
+
+
+def test_sglang_lone_decode_request_starved_by_reservations_is_retracted():
+    # 12 pages of 64 tokens, max_num_seqs 1. r0 (266 tokens, 120 out) decodes on the decode
+    # worker; r1..r6 (1 token, 1 out, t=500 ms) each reserve a page there and their KV
+    # arrives, but max_num_seqs keeps them waiting while r0 grows: r0 holds 6 pages by then
+    # (~80 tokens out: ~346 KV tokens) and the 6 reservations the other 6, so at its 385th KV
+    # token r0 cannot take a 7th page. The reference's core stalls there for good (measured: the
+    # replay never ends); simkit retracts r0, runs r1..r6 one per decode pass, then recomputes
+    # r0, so every request completes and r0 ends last.
+    reqs = [req(0, 0, 266, 120, [1, 2, 3, 4, 5], tbs=64)]
+    reqs += [req(i, 500, 1, 1, [10 + i], tbs=64) for i in range(1, 7)]
+    data = {"pools": {role: {"backend": "sglang", "block_size": 64, "num_gpu_blocks": 12, "max_num_seqs": 1,
+                             "max_num_batched_tokens": 64, "enable_prefix_caching": False}
+                      for role in ("prefill", "decode")}}
+    recs = simulate(scenario_from_dict(data), reqs, check=True).requests
+    assert [r.status for r in recs] == ["completed"] * 7
+    assert max(r.finished_at for r in recs[1:]) < recs[0].finished_at
+    firsts = sorted(r.decode_admitted_at for r in recs[1:])
+    assert all(b > a for a, b in zip(firsts, firsts[1:]))  # one at a time (max_num_seqs 1)
+
+
+STARVED = [  # (pool settings, requests (at_s, prompt, output, hash ids)), found by hypothesis
+    # lpm put retracted prompts before requests whose KV had arrived
+    ({"block_size": 16, "num_gpu_blocks": 105, "max_num_batched_tokens": 2048, "max_num_seqs": 2,
+      "enable_chunked_prefill": False,
+      "sglang": {"schedule_policy": "lpm", "max_prefill_tokens": 256, "chunked_prefill_size": 128,
+                 "clip_max_new_tokens": 8, "schedule_conservativeness": 0.1}},
+     [(0, 1, 0, [100]), (0, 1, 0, [0]), (0, 1, 43, [0]), (0, 91, 60, [200, 201]), (0, 15, 9, [0]),
+      (0, 465, 30, range(100, 108)), (0, 1, 1, [0]), (0.125, 161, 1, [0, 1, 2]), (0.125, 1, 0, [0]),
+      (0.125, 25, 23, [0]), (0.125, 913, 3, range(200, 215)), (0.125, 2, 0, [0]), (0.125, 14, 32, [0]),
+      (0.125, 1, 0, [100])]),
+    # a retraction that left the pass empty, with a prompt it made room for
+    ({"block_size": 16, "num_gpu_blocks": 47, "max_num_seqs": 4,
+      "sglang": {"max_prefill_tokens": 256, "chunked_prefill_size": 128, "clip_max_new_tokens": 8}},
+     [(0, 166, 60, [300, 301, 302]), (0, 59, 18, [0]), (0.125, 1548, 60, range(25)), (0.1875, 169, 58, [0, 1, 2]),
+      (0.1875, 417, 49, range(7)), (0.1875, 735, 60, range(300, 312)), (0.1875, 418, 60, range(300, 307))]),
+    # requests without output, queued for a reservation, bring no KV arrival to retry the next
+    ({"block_size": 64, "num_gpu_blocks": 15, "max_num_batched_tokens": 256, "max_num_seqs": 1,
+      "enable_prefix_caching": False, "enable_chunked_prefill": False,
+      "sglang": {"max_prefill_tokens": 256, "clip_max_new_tokens": 8, "schedule_conservativeness": 0.1}},
+     [(0, 833, 2, range(14))] + [(0, 1, out, [0]) for out in (0, 1, 1, 0, 0, 0, 0)]),
+    # a recomputed prompt short of pages held the only seat while a ready request waited
+    ({"block_size": 64, "num_gpu_blocks": 35, "max_num_batched_tokens": 256, "max_num_seqs": 1,
+      "enable_prefix_caching": False,
+      "sglang": {"max_prefill_tokens": 256, "clip_max_new_tokens": 8, "schedule_conservativeness": 0.1,
+                 "budgets_count_chunks": True}},
+     [(0, 966, 60, range(16)), (0, 1, 0, [0]), (0, 449, 1, range(8)), (0, 1, 0, [0]), (0, 641, 1, range(11)),
+      (0, 1, 0, [0]), (0, 1, 0, [0]), (0, 1, 0, [0]), (0, 1153, 1, range(19))]),
+]
+
+
+@pytest.mark.parametrize("pool, spec", STARVED)
+def test_sglang_reservations_never_starve_the_decode_worker(pool, spec):
+    # small caches where held reservations, retracted prompts and ready requests compete: every
+    # request completes (each of these once stopped with requests left and nothing to happen),
+    # but one that can never fit the cache (the 1548-token prompt of 752 slots)
+    pool = dict(pool, backend="sglang", workers=1)
+    data = {"pools": {"prefill": pool, "decode": pool}, "link": {"bandwidth_gb_per_s": None}}
+    reqs = [req(i, t * 1000, isl, osl, ids, tbs=64) for i, (t, isl, osl, ids) in enumerate(spec)]
+    records = simulate(scenario_from_dict(data), reqs, check=True)
+    assert records.stop_reason == "completed", records.stop_detail
+    capacity = pool["num_gpu_blocks"] * pool["block_size"]
+    assert [r.status for r in records.requests] == [
+        "completed" if isl + osl + pool["block_size"] <= capacity else "rejected" for _, isl, osl, _ in spec]
