@@ -175,34 +175,39 @@ class KvCache:
 
     def _evict_by_touch(self, evict: int) -> None:
         heap, buckets, lru, stamps = self.heap, self.buckets, self.lru, self.stamps
+        lru_get, pop_stamp = lru.get, stamps.pop
         keys = []
+        queued = self.queued
         while evict:
             stamp = heap[0]
             bucket = buckets[stamp]
+            popleft = bucket.popleft
+            while evict and bucket:
+                pid, entry = bucket[0]
+                if lru_get(entry) != pid:  # stale: freed again later, or taken back
+                    popleft()
+                    queued -= 1
+                    continue
+                if type(entry) is _Run:
+                    size = entry.size
+                    if size > evict:  # part of the run goes; the rest stays first in line
+                        entry.size = size - evict
+                        self.run_extra -= evict
+                        evict = 0
+                        break
+                    self.run_extra -= size - 1
+                    evict -= size
+                else:
+                    pop_stamp(entry, None)
+                    keys.append(entry)
+                    evict -= 1
+                popleft()
+                queued -= 1
+                del lru[entry]
             if not bucket:
                 heapq.heappop(heap)
                 del buckets[stamp]
-                continue
-            pid, entry = bucket[0]
-            if lru.get(entry) != pid:
-                bucket.popleft()
-                self.queued -= 1
-                continue
-            if type(entry) is _Run:
-                size = entry.size
-                if size > evict:  # part of the run goes; the rest stays first in line
-                    entry.size = size - evict
-                    self.run_extra -= evict
-                    break
-                self.run_extra -= size - 1
-                evict -= size
-            else:
-                stamps.pop(entry, None)
-                keys.append(entry)
-                evict -= 1
-            bucket.popleft()
-            self.queued -= 1
-            del lru[entry]
+        self.queued = queued
         if self.on_event is not None:
             self.on_event(False, keys)
 
@@ -345,8 +350,10 @@ class KvCache:
                 lru[entry] = pid
                 bucket.append((pid, entry))
         stamps = self.stamps
+        stamps_get = stamps.get
+        bucket_stamp, bucket = None, None  # consecutive keys mostly share their last use
         for key in reversed(keys):
-            last = stamps.get(key, 0)  # the latest use by any of its holders so far
+            last = stamps_get(key, 0)  # the latest use by any of its holders so far
             if stamp > last:
                 stamps[key] = last = stamp
             count = ref[key]
@@ -354,7 +361,9 @@ class KvCache:
                 del ref[key]
                 pid += 1
                 lru[key] = pid
-                self._bucket(last).append((pid, key))
+                if last != bucket_stamp:
+                    bucket_stamp, bucket = last, self._bucket(last)
+                bucket.append((pid, key))
             else:
                 ref[key] = count - 1
         self.queued += pid - self.pushes

@@ -880,8 +880,15 @@ class SglangScheduler(VllmScheduler):
         seq.stamp = self.clock
 
     def complete_decode_run(self, batch: Batch, passes: int) -> tuple[list[int], list[Seq]]:
-        for _ in range(passes - 1):  # the per-pass path decays once per scheduled pass
-            self._decay_ratio()
+        # the per-pass path decays once per scheduled pass: the same subtractions, one by one
+        # (bit for bit), stopping once the floor is reached (it stays there)
+        ratio, step, floor = self.new_token_ratio, self.ratio_step, self.min_ratio
+        for _ in range(passes - 1):
+            if ratio <= floor:
+                ratio = floor
+                break
+            ratio = max(ratio - step, floor)
+        self.new_token_ratio = ratio
         slot = self.decode_slot
         if slot:
             # the pages generated tokens complete in these passes touch their paths in pass
