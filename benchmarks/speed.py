@@ -12,6 +12,9 @@ Cases:
   reference_disagg  the same trace, 4 prefill + 4 decode workers
   synthetic_50k     50,000 synthetic requests at 32 req/s on 8 aggregated workers, written to
                     a Mooncake JSONL file first so that both simulators replay the same trace
+  sglang_agg, sglang_disagg
+                    reference_agg and reference_disagg with ``backend: sglang`` on both sides
+                    (not run unless named in ``--cases``)
 
 Example (the reference needs its own venv with ai-dynamo-runtime==1.6.1):
     python benchmarks/speed.py --peer-python /path/to/peer-venv/bin/python --repeats 3
@@ -78,11 +81,21 @@ def synthetic_trace(path: str) -> None:
                                 "output_length": r.output_length, "hash_ids": ids}) + "\n")
 
 
+def _sglang(pools: list[str]) -> list[tuple[str, object]]:
+    return [(f"pools.{p}.{k}", v) for p in pools for k, v in (("backend", "sglang"),
+                                                             ("sglang.budgets_count_chunks", True))]
+
+
+#: case: (scenario, the reference's topology, simkit overrides, the reference's engine backend)
 CASES = {
-    "reference_agg": ("reference_agg.yaml", ["--workers", "4"], None),
-    "reference_disagg": ("reference_disagg.yaml", ["--prefill", "4", "--decode", "4"], None),
-    "synthetic_50k": ("reference_agg.yaml", ["--workers", "8"], ["--set", "pools.aggregated.workers=8"]),
+    "reference_agg": ("reference_agg.yaml", ["--workers", "4"], [], "vllm"),
+    "reference_disagg": ("reference_disagg.yaml", ["--prefill", "4", "--decode", "4"], [], "vllm"),
+    "synthetic_50k": ("reference_agg.yaml", ["--workers", "8"], [("pools.aggregated.workers", 8)], "vllm"),
+    "sglang_agg": ("reference_agg.yaml", ["--workers", "4"], _sglang(["aggregated"]), "sglang"),
+    "sglang_disagg": ("reference_disagg.yaml", ["--prefill", "4", "--decode", "4"], _sglang(["prefill", "decode"]),
+                      "sglang"),
 }
+DEFAULT_CASES = "reference_agg,reference_disagg,synthetic_50k"
 
 
 def main() -> None:
@@ -90,24 +103,29 @@ def main() -> None:
     ap.add_argument("--peer-python", help="python of a venv with ai-dynamo-runtime==1.6.1 "
                                           "(without it only simkit is measured)")
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--cases", default=",".join(CASES))
+    ap.add_argument("--cases", default=DEFAULT_CASES, help=f"comma list of {', '.join(CASES)}")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="simkit-speed-")
     conv = os.path.join(SHARED, "traces", "mooncake_conversation.jsonl")
     synth = os.path.join(tmp, "synthetic_50k.jsonl")
     rows = []
     for case in args.cases.split(","):
-        scen, peer_topology, extra = CASES[case]
+        scen, peer_topology, overrides, backend = CASES[case]
+        extra = [a for k, v in overrides for a in ("--set", f"{k}={json.dumps(v)}")]
         trace = synth if case == "synthetic_50k" else conv
         if case == "synthetic_50k" and not os.path.exists(synth):
             synthetic_trace(synth)
         sim_cmd = [sys.executable, "-c", PEAK, "simkit", os.path.join("scenarios", scen), "--trace", trace,
-                   "--no-plots", "--quiet", "--force", "--out", os.path.join(tmp, "out-" + case)] + (extra or [])
+                   "--no-plots", "--quiet", "--force", "--out", os.path.join(tmp, "out-" + case)] + extra
         peer_cmd = None
         if args.peer_python:
+            with open(os.path.join(SHARED, "tools", "dynamo_engine_vllm_default.json")) as f:
+                engine = {**json.load(f), "backend": backend}
+            engine_json = os.path.join(tmp, f"engine-{backend}.json")
+            with open(engine_json, "w") as f:
+                json.dump(engine, f)
             peer_cmd = [args.peer_python, "-c", PEAK, os.path.join(SHARED, "tools", "dynamo_peer.py"), trace,
-                        *peer_topology, "--router", "round_robin", "--engine-json",
-                        os.path.join(SHARED, "tools", "dynamo_engine_vllm_default.json"),
+                        *peer_topology, "--router", "round_robin", "--engine-json", engine_json,
                         "--out", os.path.join(tmp, "peer-" + case)]
         sims, peers = [], []
         for _ in range(args.repeats):
@@ -125,8 +143,7 @@ def main() -> None:
         print(line, flush=True)
         # in-process: events and passes per second, with and without fast-forward
         scenario = load_scenario(os.path.join(REPO, "scenarios", scen),
-                                 [("workload", {"kind": "trace", "path": trace})] +
-                                 ([("pools.aggregated.workers", 8)] if case == "synthetic_50k" else []))
+                                 [("workload", {"kind": "trace", "path": trace})] + overrides)
         for ff in (True, False):
             sim = build(scenario, fast_forward=ff, record_token_times=False)
             t0 = time.perf_counter()
