@@ -560,8 +560,8 @@ class SglangScheduler(VllmScheduler):
         self.ratio_step = (self.init_ratio - self.min_ratio) / self.NEW_TOKEN_RATIO_DECAY_PASSES
         self.new_token_ratio = self.init_ratio
         self.adopt_duplicates = True
-        # the radix cache evicts the least recently used leaf (see KvCache.touch)
-        self.kv.by_touch = True
+        # the radix cache evicts the least recently used leaf (see KvCache.release)
+        self.kv = KvCache(spec.num_gpu_blocks, spec.enable_prefix_caching, by_touch=True)
         self.clock = 0  #: counts uses of a request's cached path (the LRU order)
         # the reference's sglang core gives each generated token a KV slot as it is emitted
         # (the first one right after its prefill pass, unless it is also the last), so a
