@@ -217,7 +217,7 @@ class KvCache:
 
     def _evict_by_touch(self, evict: int) -> None:
         heap, buckets, lru, stamps = self.heap, self.buckets, self.lru, self.stamps
-        lru_get, lru_del, pop_stamp = lru.get, lru.__delitem__, stamps.pop
+        lru_get, pop_stamp = lru.get, stamps.pop
         events = self.on_event is not None
         keys = []
         queued = self.queued
@@ -237,7 +237,8 @@ class KvCache:
                 if seg.plain and (not seg.stale or list(map(lru_get, part)).count(seg) == take):
                     # keys only, the first ``take`` live (stale ones are mostly a segment's
                     # last entries: a prefix taken back): in bulk
-                    _consume(map(lru_del, part))
+                    for entry in part:
+                        del lru[entry]
                     _consume(map(pop_stamp, part, repeat(None)))
                     if events:
                         keys.extend(part)
@@ -445,7 +446,8 @@ class KvCache:
                 split = n - bad.index(True)
         if split < n:
             entries = keys[:split - 1:-1] if split else keys[::-1]
-            _consume(map(ref.__delitem__, entries))
+            for key in entries:  # (a del statement beats the slot wrapper ``__delitem__``)
+                del ref[key]
             stamps.update(dict.fromkeys(entries, stamp))
             seg = _Segment(entries)
             lru.update(dict.fromkeys(entries, seg))
