@@ -24,7 +24,10 @@ against that); only the per-block bookkeeping is gone. A preempted request may h
 private blocks when readmitted, so it frees them as keys (``private_keys``).
 
 With ``by_touch`` (``backend: sglang``) the free blocks are ordered by their last *use*
-instead of their release, as SGLang's radix cache evicts (see :meth:`KvCache.release`).
+instead of their release, as SGLang's radix cache evicts (see :meth:`KvCache.release`). There
+the keys one release queues with the same last use enter as one *segment* and leave in bulk;
+a key taken back out of the free queue leaves a stale place in its segment, counted, so
+eviction skips it (tested against one entry per block, tests/test_kvcache_by_touch.py).
 
 So ``free_anon + cached + len(ref) + used_anon == capacity`` at every step (:meth:`check`),
 where ``cached`` counts the blocks in ``lru`` (a run counts its size). A request holds a list of identity keys and a count of anonymous blocks;
@@ -40,6 +43,8 @@ from __future__ import annotations
 
 import heapq
 from collections import OrderedDict, deque
+from itertools import repeat
+from operator import gt, or_
 from typing import Callable, Optional, Sequence
 
 __all__ = ["KvCache", "PublishedBlocks"]
@@ -55,18 +60,40 @@ class _Run:
         self.size = size
 
 
+class _Segment:
+    """by_touch: consecutive entries of one release that share their last use, queued as one
+    bucket entry (``entries[pos:]`` still queued, in eviction order). An entry is live while
+    the free queue maps it to this segment; ``stale`` counts the entries of ``entries[pos:]``
+    taken back since (acquired, or adopted), so a segment without stale entries is evicted by
+    C-level bulk operations and one with only stale entries is dropped whole."""
+
+    __slots__ = ("entries", "pos", "stale", "plain")
+
+    def __init__(self, entries: list, plain: bool = True) -> None:
+        self.entries = entries
+        self.pos = 0
+        self.stale = 0
+        self.plain = plain  #: no run among the entries (keys only)
+
+
+def _consume(iterator) -> None:
+    deque(iterator, 0)
+
+
 class KvCache:
     """Block manager for ``num_blocks`` KV blocks; ``prefix_caching`` enables identity reuse."""
 
     __slots__ = ("capacity", "prefix_caching", "free_anon", "used_anon", "lru", "ref", "run_extra", "on_event",
-                 "by_touch", "heap", "buckets", "queued", "stamps", "pushes")
+                 "by_touch", "heap", "buckets", "queued", "stamps")
 
     def __init__(self, num_blocks: int, prefix_caching: bool = True, by_touch: bool = False) -> None:
         self.capacity = num_blocks
         self.prefix_caching = prefix_caching
         self.free_anon = num_blocks
         self.used_anon = 0
-        self.lru: OrderedDict = OrderedDict()  #: keys (int) and runs of unhittable blocks
+        #: keys (int) and runs of unhittable blocks; by_touch: each mapped to its _Segment (the
+        #: order is the buckets', so a plain dict)
+        self.lru: dict = {} if by_touch else OrderedDict()
         self.ref: dict[int, int] = {}
         self.run_extra = 0  #: sum of (size - 1) over the runs in ``lru``
         #: KV events, when set: called as on_event(stored, keys) when blocks gain an identity
@@ -76,13 +103,12 @@ class KvCache:
         #: order free blocks by their last use instead of their release (see :meth:`release`)
         self.by_touch = by_touch
         #: by_touch: the free order, one bucket per last-use stamp (a min-heap of stamps, and
-        #: per stamp its (push id, entry) in queueing order, which is deepest first); entries
-        #: acquired or queued again since are stale, skipped by their push id
+        #: per stamp its segments of entries in queueing order, which is deepest first);
+        #: entries acquired or queued again since are stale (mapped to another segment or none)
         self.heap: list[int] = []
         self.buckets: dict[int, deque] = {}
-        self.queued = 0
+        self.queued = 0  #: entries in the buckets' segments past their ``pos``, stale ones too
         self.stamps: dict[int, int] = {}  #: by_touch: a keyed block's last use by a holder
-        self.pushes = 0
 
     @property
     def cached_blocks(self) -> int:
@@ -122,6 +148,14 @@ class KvCache:
     def acquire(self, keys: Sequence[int]) -> None:
         """Take a reference on cached blocks (each must be present, as :meth:`match` said)."""
         ref, lru = self.ref, self.lru
+        if self.by_touch:
+            for key in keys:
+                if key in ref:
+                    ref[key] += 1
+                else:
+                    lru.pop(key).stale += 1
+                    ref[key] = 1
+            return
         for key in keys:
             if key in ref:
                 ref[key] += 1
@@ -170,45 +204,85 @@ class KvCache:
         """Drop stale bucket entries once they outnumber the live ones."""
         lru = self.lru
         for stamp, bucket in self.buckets.items():
-            self.buckets[stamp] = deque(e for e in bucket if lru.get(e[1]) == e[0])
+            kept = deque()
+            for seg in bucket:
+                if seg.stale:
+                    live = [e for e in seg.entries[seg.pos:] if lru.get(e) is seg]
+                    if not live:
+                        continue
+                    seg.entries, seg.pos, seg.stale = live, 0, 0
+                kept.append(seg)
+            self.buckets[stamp] = kept
         self.queued = len(lru)
 
     def _evict_by_touch(self, evict: int) -> None:
         heap, buckets, lru, stamps = self.heap, self.buckets, self.lru, self.stamps
         lru_get, pop_stamp = lru.get, stamps.pop
+        events = self.on_event is not None
         keys = []
         queued = self.queued
         while evict:
             stamp = heap[0]
             bucket = buckets[stamp]
-            popleft = bucket.popleft
             while evict and bucket:
-                pid, entry = bucket[0]
-                if lru_get(entry) != pid:  # stale: freed again later, or taken back
-                    popleft()
-                    queued -= 1
+                seg = bucket[0]
+                entries, pos = seg.entries, seg.pos
+                left = len(entries) - pos
+                if seg.stale == left:  # every entry left is stale
+                    bucket.popleft()
+                    queued -= left
                     continue
-                if type(entry) is _Run:
-                    size = entry.size
-                    if size > evict:  # part of the run goes; the rest stays first in line
-                        entry.size = size - evict
-                        self.run_extra -= evict
-                        evict = 0
-                        break
-                    self.run_extra -= size - 1
-                    evict -= size
-                else:
-                    pop_stamp(entry, None)
-                    keys.append(entry)
-                    evict -= 1
-                popleft()
-                queued -= 1
-                del lru[entry]
+                take = min(evict, left - seg.stale)
+                part = entries[pos:pos + take] if pos or take < left else entries
+                if seg.plain and (not seg.stale or list(map(lru_get, part)).count(seg) == take):
+                    # keys only, the first ``take`` live (stale ones are mostly a segment's
+                    # last entries: a prefix taken back): in bulk
+                    for entry in part:
+                        del lru[entry]
+                    _consume(map(pop_stamp, part, repeat(None)))
+                    if events:
+                        keys.extend(part)
+                    evict -= take
+                    queued -= take
+                    left -= take
+                    if seg.stale == left:  # nothing live left
+                        bucket.popleft()
+                        queued -= left
+                    else:
+                        seg.pos = pos + take
+                    continue
+                end = len(entries)
+                while evict and pos < end:
+                    entry = entries[pos]
+                    if lru_get(entry) is not seg:  # stale: freed again later, or taken back
+                        pos += 1
+                        seg.stale -= 1
+                        queued -= 1
+                        continue
+                    if type(entry) is _Run:
+                        size = entry.size
+                        if size > evict:  # part of the run goes; the rest stays first in line
+                            entry.size = size - evict
+                            self.run_extra -= evict
+                            evict = 0
+                            break
+                        self.run_extra -= size - 1
+                        evict -= size
+                    else:
+                        pop_stamp(entry, None)
+                        keys.append(entry)
+                        evict -= 1
+                    pos += 1
+                    queued -= 1
+                    del lru[entry]
+                seg.pos = pos
+                if pos == end:
+                    bucket.popleft()
             if not bucket:
                 heapq.heappop(heap)
                 del buckets[stamp]
         self.queued = queued
-        if self.on_event is not None:
+        if events:
             self.on_event(False, keys)
 
     def _first_keys(self, blocks: int) -> list:
@@ -277,16 +351,23 @@ class KvCache:
         leave the prompt cached once and the duplicate pages free, taken before any eviction).
         Returns the keys the caller now holds (all of ``keys``)."""
         ref, lru = self.ref, self.lru
-        new = []
-        for key in keys:
-            if key in ref:
-                ref[key] += 1
-            elif key in lru:
-                del lru[key]
-                ref[key] = 1
-            else:
-                ref[key] = 1
-                new.append(key)
+        fresh = dict.fromkeys(keys, 1)
+        if len(fresh) == len(keys) and ref.keys().isdisjoint(fresh) and lru.keys().isdisjoint(fresh):
+            ref.update(fresh)  # the common case, in bulk: distinct keys, none present
+            new = list(keys)
+        else:
+            new = []
+            for key in keys:
+                if key in ref:
+                    ref[key] += 1
+                elif key in lru:
+                    entry = lru.pop(key)
+                    if self.by_touch:
+                        entry.stale += 1
+                    ref[key] = 1
+                else:
+                    ref[key] = 1
+                    new.append(key)
         self.used_anon -= len(keys)
         self.free_anon += len(keys) - len(new)
         if new and self.on_event is not None:
@@ -342,32 +423,54 @@ class KvCache:
         # entries go deepest first: a block is freed no earlier than the deeper blocks of the
         # same path that share its last use, so each bucket stays deepest first
         ref, lru = self.ref, self.lru
-        pid = self.pushes
+        queued = len(tail)
         if tail:
-            bucket = self._bucket(stamp)
-            for entry in tail:
-                pid += 1
-                lru[entry] = pid
-                bucket.append((pid, entry))
+            seg = _Segment(tail, type(tail[0]) is not _Run)  # only its first entry can be a run
+            lru.update(dict.fromkeys(tail, seg))
+            self._bucket(stamp).append(seg)
         stamps = self.stamps
         stamps_get = stamps.get
-        bucket_stamp, bucket = None, None  # consecutive keys mostly share their last use
-        for key in reversed(keys):
-            last = stamps_get(key, 0)  # the latest use by any of its holders so far
-            if stamp > last:
-                stamps[key] = last = stamp
-            count = ref[key]
-            if count == 1:
+        n = len(keys)
+        # the keys past the last one another request still holds or used later (mostly a
+        # shared leading prefix) each take the last use ``stamp``: queued first (deepest
+        # first), in bulk as one segment
+        split = 0
+        while split < n and (ref[keys[split]] > 1 or stamps_get(keys[split], 0) > stamp):
+            split += 1
+        if split < n:
+            rest = keys[split:] if split else keys
+            if max(map(ref.__getitem__, rest)) > 1 or max(map(stamps_get, rest, repeat(0))) > stamp:
+                bad = list(map(or_, map(gt, map(ref.__getitem__, keys), repeat(1)),
+                               map(gt, map(stamps_get, keys, repeat(0)), repeat(stamp))))
+                bad.reverse()
+                split = n - bad.index(True)
+        if split < n:
+            entries = keys[:split - 1:-1] if split else keys[::-1]
+            for key in entries:  # (a del statement beats the slot wrapper ``__delitem__``)
                 del ref[key]
-                pid += 1
-                lru[key] = pid
-                if last != bucket_stamp:
-                    bucket_stamp, bucket = last, self._bucket(last)
-                bucket.append((pid, key))
-            else:
-                ref[key] = count - 1
-        self.queued += pid - self.pushes
-        self.pushes = pid
+            stamps.update(dict.fromkeys(entries, stamp))
+            seg = _Segment(entries)
+            lru.update(dict.fromkeys(entries, seg))
+            self._bucket(stamp).append(seg)
+            queued += len(entries)
+        if split:
+            seg_stamp, seg = None, None  # consecutive keys mostly share their last use
+            for key in keys[split - 1::-1]:
+                last = stamps_get(key, 0)  # the latest use by any of its holders so far
+                if stamp > last:
+                    stamps[key] = last = stamp
+                count = ref[key]
+                if count == 1:
+                    del ref[key]
+                    if last != seg_stamp:
+                        seg_stamp, seg = last, _Segment([])
+                        self._bucket(last).append(seg)
+                    seg.entries.append(key)
+                    lru[key] = seg
+                    queued += 1
+                else:
+                    ref[key] = count - 1
+        self.queued += queued
         if self.queued > 2 * len(lru) + 4096:
             self._compact()
 

@@ -560,8 +560,8 @@ class SglangScheduler(VllmScheduler):
         self.ratio_step = (self.init_ratio - self.min_ratio) / self.NEW_TOKEN_RATIO_DECAY_PASSES
         self.new_token_ratio = self.init_ratio
         self.adopt_duplicates = True
-        # the radix cache evicts the least recently used leaf (see KvCache.touch)
-        self.kv.by_touch = True
+        # the radix cache evicts the least recently used leaf (see KvCache.release)
+        self.kv = KvCache(spec.num_gpu_blocks, spec.enable_prefix_caching, by_touch=True)
         self.clock = 0  #: counts uses of a request's cached path (the LRU order)
         # the reference's sglang core gives each generated token a KV slot as it is emitted
         # (the first one right after its prefill pass, unless it is also the last), so a
@@ -681,13 +681,19 @@ class SglangScheduler(VllmScheduler):
         rem_chunk = self.chunk_budget if self.chunk_budget is not None else math.inf
         rem_input = self.max_prefill_tokens
         ratio = self.new_token_ratio
-        rem_total = kv.free_blocks * bs - sum(
-            min(s.output_len - s.generated, clip) * ratio for s in running if s.computed >= s.prefill_target)
+
+        def total_budget() -> float:  # read first before anything here changes the cache
+            return kv.free_blocks * bs - sum(
+                min(s.output_len - s.generated, clip) * ratio for s in running if s.computed >= s.prefill_target)
+
+        rem_total = None  # computed when first needed (a decode pass mostly needs none)
         for seq in running:  # the prompt being chunked (at most one) continues first
             if seq.computed >= seq.prefill_target:
                 continue
             computed = seq.computed
             remaining = seq.prefill_target - computed
+            if rem_total is None:
+                rem_total = total_budget()
             n = int(min(remaining, rem_chunk, rem_total))
             if n <= 0:
                 break
@@ -708,6 +714,8 @@ class SglangScheduler(VllmScheduler):
             seq = waiting[0]
             if seq.transferred:
                 break  # a decode-pool request joins the next decode pass
+            if rem_total is None:
+                rem_total = total_budget()
             hits, in_lru = self._lookup(seq)
             start = hits * bs
             extend = seq.prefill_target - start
