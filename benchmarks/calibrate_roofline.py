@@ -26,10 +26,13 @@ Data (none of it is scored by benchmarks/silicon_accuracy.py except as stated):
    (SHA-256 of the row id, one in four). Each is simulated exactly as
    benchmarks/silicon_accuracy.py simulates a row (its own engine's scheduler), with the four
    terms 0; ``layer_overhead_us``, ``pass_overhead_ms``, ``sequence_overhead_us`` (per request
-   sampled in a pass) and ``allreduce_latency_us`` are the least-squares fit of the measured
+   sampled in a pass), ``request_layer_overhead_us`` (per such request and layer) and
+   ``allreduce_latency_us`` are the least-squares fit of the measured
    TPOT (log; ``fit_overheads``), per GPU (on dense-model rows when there are at least 10) and
    per (GPU, backend) with at least ``MIN_BACKEND_ROWS`` (12) rows (``backends``; used when a
-   scenario names its ``backend``). Vidur's per-layer fixed time (kernels timed one by one, no
+   scenario names its ``backend``; when its rows are of one model depth, which cannot tell
+   the per-layer from the per-pass time apart, ``layer_overhead_us`` is held at the GPU's).
+   Rows up to concurrency 1024 are used, as silicon_accuracy.py scores them. Vidur's per-layer fixed time (kernels timed one by one, no
    CUDA graphs) and its NCCL all-reduce latency are kept as ``vidur_layer_overhead_us`` and
    ``vidur_allreduce_latency_us`` for reference. benchmarks/silicon_accuracy.py scores only
    the other rows.
@@ -195,26 +198,28 @@ def fit_allreduce(gpu: str, path: Path) -> dict:
             "fit_allreduce": f"{len(df)} Vidur rows, median |rel err| {err:.3f}"}
 
 
-#: fewest calibration rows for an engine's own fit on a GPU (four terms; fewer rows overfit,
+#: fewest calibration rows for an engine's own fit on a GPU (five terms; fewer rows overfit,
 #: e.g. 8 rows of one small model gave a 9.7 ms pass overhead that then priced every model)
 MIN_BACKEND_ROWS = 12
-OVERHEADS = ("layer_overhead_us", "pass_overhead_ms", "sequence_overhead_us", "allreduce_latency_us")
+OVERHEADS = ("layer_overhead_us", "pass_overhead_ms", "sequence_overhead_us", "allreduce_latency_us",
+             "request_layer_overhead_us")
 
 
-def fit_overheads(silicon: Path, max_concurrency: int = 256) -> dict:
+def fit_overheads(silicon: Path, max_concurrency: int = 1024) -> dict:
     """Host overheads and the all-reduce latency from the calibration rows of
     silicon_sample.csv, by simulation.
 
-    Each calibration row is simulated as silicon_accuracy.py does, with the four terms 0; in
+    Each calibration row is simulated as silicon_accuracy.py does, with the five terms 0; in
     the lockstep closed loop a decode token costs about one pass of ``b`` requests, so the
     simulated TPOT grows by about ``layers * layer_overhead_us + pass_overhead_ms +
-    b * sequence_overhead_us + (2 layers if TP > 1) * allreduce_latency_us`` with them (``b``
-    the requests per worker: the concurrency over the workers, at most ``max_num_seqs``).
+    b * (sequence_overhead_us + layers * request_layer_overhead_us) + (2 layers if TP > 1) *
+    allreduce_latency_us`` with them (``b`` the requests per worker: the concurrency over the
+    workers, at most ``max_num_seqs``).
     The all-reduce latency is fitted here rather than taken from Vidur's NCCL table because
     serving engines run small all-reduces through their own one-shot kernels (vLLM's and
     TRT-LLM's custom all-reduce), much faster than NCCL's ring. Least squares on log TPOT
     gives the terms per GPU (dense-model rows when there are at least 10) and per (GPU,
-    backend) with at least 8 rows. Returns {gpu: {"all": fit, backend: fit, ...}}, a fit
+    backend) with at least ``MIN_BACKEND_ROWS`` rows. Returns {gpu: {"all": fit, backend: fit, ...}}, a fit
     being ({term: value}, rows, median |rel err| of TPOT).
     """
     zero = dict.fromkeys(OVERHEADS, 0.0)
@@ -238,15 +243,17 @@ def fit_overheads(silicon: Path, max_concurrency: int = 256) -> dict:
             (row["backend"], arch.is_moe, tpot0, arch.num_layers, batch, 2 * arch.num_layers * (tp > 1),
              row["silicon_tpot_ms"]))
 
-    def fit(items):
+    def fit(items, layer_us=None):
         base, layers, batch, allreduces, measured = (np.array([it[k] for it in items], float)
                                                      for k in (2, 3, 4, 5, 6))
 
         def predict(x):
-            return base + (layers * x[0] + batch * x[2] + allreduces * x[3]) * 1e-3 + x[1]
+            return base + (layers * x[0] + batch * x[2] + allreduces * x[3] + layers * batch * x[4]) * 1e-3 + x[1]
 
-        x, err = _log_fit(predict, measured, [10.0, 1.0, 10.0, 10.0],
-                          ([0.0, 0.0, 0.0, 0.0], [500.0, 100.0, 500.0, 200.0]))
+        lo, hi = [0.0, 0.0, 0.0, 0.0, 0.0], [500.0, 100.0, 500.0, 200.0, 50.0]
+        if layer_us is not None:  # held at a value fitted elsewhere
+            lo[0], hi[0] = layer_us, layer_us + 1e-9
+        x, err = _log_fit(predict, measured, [layer_us or 10.0, 1.0, 10.0, 10.0, 0.1], (lo, hi))
         return {k: round(float(v), 3) for k, v in zip(OVERHEADS, x)}, len(items), err
 
     out = {}
@@ -257,8 +264,12 @@ def fit_overheads(silicon: Path, max_concurrency: int = 256) -> dict:
         for backend in sorted({it[0] for it in items}):
             mine = [it for it in items if it[0] == backend]
             dense = [it for it in mine if not it[1]]
-            if len(mine) >= MIN_BACKEND_ROWS:
-                fits[backend] = fit(dense if len(dense) >= MIN_BACKEND_ROWS else mine)
+            rows = dense if len(dense) >= MIN_BACKEND_ROWS else mine
+            if len(rows) >= MIN_BACKEND_ROWS:
+                # rows of one model depth cannot tell the per-layer from the per-pass time:
+                # the per-layer time is then the GPU's (fitted over all engines' models)
+                one_depth = len({it[3] for it in rows}) < 2
+                fits[backend] = fit(rows, fits["all"][0]["layer_overhead_us"] if one_depth else None)
         out[gpu] = fits
     return out
 

@@ -448,8 +448,8 @@ class RooflineLatency(_Deployment):
     ``other_mem``) size the KV cache when a pool leaves ``num_gpu_blocks`` unset.
     ``tp`` is accepted for ``tensor_parallel_size``. Efficiencies and overheads come from
     ``simkit/data/calibration.json`` for the GPU (and ``backend``, when given and fitted);
-    ``layer_overhead_us``, ``pass_overhead_ms``, ``sequence_overhead_us`` and
-    ``allreduce_latency_us`` override the fitted overheads.
+    ``layer_overhead_us``, ``pass_overhead_ms``, ``sequence_overhead_us``,
+    ``request_layer_overhead_us`` and ``allreduce_latency_us`` override the fitted overheads.
     """
 
     kind: Literal["roofline"] = "roofline"
@@ -460,6 +460,8 @@ class RooflineLatency(_Deployment):
     pass_overhead_ms: Optional[float] = field(default=None, validator=_nonneg)
     #: override the fitted host time per request sampled in a pass (us); null: the fit
     sequence_overhead_us: Optional[float] = field(default=None, validator=_nonneg)
+    #: override the fitted time per layer of each request sampled in a pass (us); null: the fit
+    request_layer_overhead_us: Optional[float] = field(default=None, validator=_nonneg)
     #: override the fitted fixed time of one tensor-parallel all-reduce (us); null: the fit
     allreduce_latency_us: Optional[float] = field(default=None, validator=_nonneg)
     speedup_ratio: float = field(default=1.0, validator=_pos)

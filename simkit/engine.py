@@ -198,9 +198,9 @@ class RooflineModel:
       attend to at most ``window`` tokens per request);
     * elementwise ops (norms, rotary, activation, residual adds): ``2 T (6 h + 3 I / t)`` bytes;
     * TP all-reduce, two per layer of ``2 T h`` bytes: latency + ``2 (t-1)/t`` bytes / link;
-    * fixed overheads: ``layer_overhead_us`` per layer, ``pass_overhead_ms`` per pass and
-      ``sequence_overhead_us`` per request that samples a token (decode requests, plus one
-      when the pass prefills).
+    * fixed overheads: ``layer_overhead_us`` per layer, ``pass_overhead_ms`` per pass, and for
+      each request that samples a token (decode requests, plus one when the pass prefills)
+      ``sequence_overhead_us`` plus ``request_layer_overhead_us`` per layer.
 
     Each roofline op takes ``max(FLOPs / (peak * compute_eff), bytes / (bandwidth *
     memory_eff))`` (Williams, Waterman, Patterson, "Roofline", CACM 2009); ops run one after
@@ -217,8 +217,8 @@ class RooflineModel:
         a = self.arch = arch or load_model(spec.model)
         g = self.gpu = gpu or load_gpu(spec.gpu)
         c = calibration or load_calibration(g.name, spec.backend)
-        overrides = {k: getattr(spec, k) for k in ("layer_overhead_us", "pass_overhead_ms",
-                                                   "sequence_overhead_us", "allreduce_latency_us")
+        overrides = {k: getattr(spec, k) for k in ("layer_overhead_us", "pass_overhead_ms", "sequence_overhead_us",
+                                                   "request_layer_overhead_us", "allreduce_latency_us")
                      if getattr(spec, k) is not None}
         c = self.cal = attrs.evolve(c, **overrides) if overrides else c
         t = self.tp = spec.tensor_parallel_size
@@ -263,7 +263,7 @@ class RooflineModel:
             self.allreduce_s_per_byte = self.allreduce_fixed_s = 0.0
         self.allreduce_bytes_per_token = 2 * a.num_layers * 2 * a.hidden_size
         self.overhead_s = a.num_layers * c.layer_overhead_us * 1e-6 + c.pass_overhead_ms * S_PER_MS
-        self.sequence_overhead_s = c.sequence_overhead_us * 1e-6
+        self.sequence_overhead_s = (c.sequence_overhead_us + a.num_layers * c.request_layer_overhead_us) * 1e-6
         self._token_part: dict[int, float] = {}
 
     def _roof(self, name: str, flops: float, nbytes: float, flops_per_s: float,

@@ -331,6 +331,9 @@ class Calibration:
     #: host time per request that samples a token in the pass (input preparation, sampling,
     #: output processing: the engine's per-request CPU work that scales with the batch)
     sequence_overhead_us: float = 0.0
+    #: time per layer for each request that samples a token in the pass (per-request work
+    #: inside every layer: attention over the request's own KV pages, its cache append)
+    request_layer_overhead_us: float = 0.0
     source: str = "default (no fit for this GPU)"
 
 

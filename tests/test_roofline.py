@@ -198,19 +198,27 @@ def test_sequence_overhead_by_hand():
     m = toy()
     assert seq.pass_time_s(100, 3, 3000) - m.pass_time_s(100, 3, 3000) == pytest.approx(20e-6, rel=1e-9)
     assert seq.pass_time_s(0, 3, 3000) - m.pass_time_s(0, 3, 3000) == pytest.approx(15e-6, rel=1e-9)
+    # plus 2 us per layer and sampled request, 3 layers: 4 requests * (5 + 3 * 2) = 44 us
+    deep = attrs.evolve(TOY, num_layers=3)
+    per_layer = RooflineModel(RooflineLatency(), arch=deep, gpu=GPU,
+                              calibration=attrs.evolve(IDEAL, sequence_overhead_us=5.0, request_layer_overhead_us=2.0))
+    bare = RooflineModel(RooflineLatency(), arch=deep, gpu=GPU, calibration=IDEAL)
+    assert per_layer.pass_time_s(100, 3, 3000) - bare.pass_time_s(100, 3, 3000) == pytest.approx(44e-6, rel=1e-9)
 
 
 def test_overrides_and_backend_overheads():
     base = RooflineModel(RooflineLatency(model="Llama-3.1-8B", gpu="H100", tensor_parallel_size=2))
     # overriding the four overheads to 0 removes exactly the fitted fixed time of a pass of 4
     # decode requests at TP 2: 32 layers * layer_overhead_us + pass_overhead_ms
-    # + 4 sampled requests * sequence_overhead_us + 2 all-reduces * 32 layers * allreduce_latency_us
+    # + 4 sampled requests * (sequence_overhead_us + 32 layers * request_layer_overhead_us)
+    # + 2 all-reduces * 32 layers * allreduce_latency_us
     bare = RooflineModel(RooflineLatency(model="Llama-3.1-8B", gpu="H100", tensor_parallel_size=2,
                                          layer_overhead_us=0.0, pass_overhead_ms=0.0,
-                                         sequence_overhead_us=0.0, allreduce_latency_us=0.0))
+                                         sequence_overhead_us=0.0, allreduce_latency_us=0.0,
+                                         request_layer_overhead_us=0.0))
     c = base.cal
-    fixed = (32 * c.layer_overhead_us + 4 * c.sequence_overhead_us + 64 * c.allreduce_latency_us) * 1e-6 \
-        + c.pass_overhead_ms * 1e-3
+    fixed = (32 * c.layer_overhead_us + 4 * (c.sequence_overhead_us + 32 * c.request_layer_overhead_us)
+             + 64 * c.allreduce_latency_us) * 1e-6 + c.pass_overhead_ms * 1e-3
     assert base.pass_time_s(0, 4, 4000) - bare.pass_time_s(0, 4, 4000) == pytest.approx(fixed, rel=1e-9)
     from simkit.hardware import load_calibration
 
