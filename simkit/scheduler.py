@@ -122,6 +122,9 @@ class Batch:
 class VllmScheduler:
     """Waiting and running queues and the KV cache of one worker, in role ``role``."""
 
+    #: free blocks leave in the order of their release (vLLM's free queue), not of their last use
+    EVICT_BY_TOUCH = False
+
     def __init__(self, spec: PoolSpec, role: str) -> None:
         if role not in ("aggregated", "prefill", "decode"):
             raise ValueError(f"unknown role {role!r}")
@@ -136,7 +139,7 @@ class VllmScheduler:
         self.fifo_preemption = spec.preemption_mode == "fifo"
         #: TRT-LLM GUARANTEED_NO_EVICT: admit against whole-request reservations, never preempt
         self.no_evict = spec.backend == "trtllm"
-        self.kv = KvCache(spec.num_gpu_blocks, spec.enable_prefix_caching)
+        self.kv = KvCache(spec.num_gpu_blocks, spec.enable_prefix_caching, by_touch=self.EVICT_BY_TOUCH)
         self.waiting: deque[Seq] = deque()
         self.running: list[Seq] = []
         self.held: dict[int, Seq] = {}  #: prefill role: prompts done, KV awaiting transfer
@@ -538,6 +541,8 @@ class SglangScheduler(VllmScheduler):
 
     #: SGLang's defaults: initial new-token ratio (x schedule_conservativeness), its floor as a
     #: fraction of that, and the passes the linear decay takes
+    #: the radix cache evicts the least recently used leaf (see KvCache.release)
+    EVICT_BY_TOUCH = True
     INIT_NEW_TOKEN_RATIO = 0.7
     MIN_NEW_TOKEN_RATIO_FACTOR = 0.14
     NEW_TOKEN_RATIO_DECAY_PASSES = 600
@@ -560,8 +565,6 @@ class SglangScheduler(VllmScheduler):
         self.ratio_step = (self.init_ratio - self.min_ratio) / self.NEW_TOKEN_RATIO_DECAY_PASSES
         self.new_token_ratio = self.init_ratio
         self.adopt_duplicates = True
-        # the radix cache evicts the least recently used leaf (see KvCache.release)
-        self.kv = KvCache(spec.num_gpu_blocks, spec.enable_prefix_caching, by_touch=True)
         self.clock = 0  #: counts uses of a request's cached path (the LRU order)
         # the reference's sglang core gives each generated token a KV slot as it is emitted
         # (the first one right after its prefill pass, unless it is also the last), so a
@@ -646,11 +649,19 @@ class SglangScheduler(VllmScheduler):
                 return None
         if reset:
             self.new_token_ratio = self.init_ratio
-        self._decay_ratio()
+        self._decay_ratio(1)
         return batch
 
-    def _decay_ratio(self) -> None:
-        self.new_token_ratio = max(self.new_token_ratio - self.ratio_step, self.min_ratio)
+    def _decay_ratio(self, passes: int) -> None:
+        """Decay ``new_token_ratio`` once per pass of ``passes``: the same subtractions one by
+        one (bit for bit), stopping at the floor (it stays there)."""
+        ratio, step, floor = self.new_token_ratio, self.ratio_step, self.min_ratio
+        for _ in range(passes):
+            if ratio <= floor:
+                ratio = floor
+                break
+            ratio = max(ratio - step, floor)
+        self.new_token_ratio = ratio
 
     def _lookup(self, seq: Seq) -> tuple[int, int]:
         """(blocks of ``seq``'s prompt cached here, of which free), for a fresh admission."""
@@ -888,15 +899,7 @@ class SglangScheduler(VllmScheduler):
         seq.stamp = self.clock
 
     def complete_decode_run(self, batch: Batch, passes: int) -> tuple[list[int], list[Seq]]:
-        # the per-pass path decays once per scheduled pass: the same subtractions, one by one
-        # (bit for bit), stopping once the floor is reached (it stays there)
-        ratio, step, floor = self.new_token_ratio, self.ratio_step, self.min_ratio
-        for _ in range(passes - 1):
-            if ratio <= floor:
-                ratio = floor
-                break
-            ratio = max(ratio - step, floor)
-        self.new_token_ratio = ratio
+        self._decay_ratio(passes - 1)  # the per-pass path decays once per scheduled pass
         slot = self.decode_slot
         if slot:
             # the pages generated tokens complete in these passes touch their paths in pass
