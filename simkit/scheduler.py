@@ -539,10 +539,10 @@ class SglangScheduler(VllmScheduler):
     another's extend passes).
     """
 
-    #: SGLang's defaults: initial new-token ratio (x schedule_conservativeness), its floor as a
-    #: fraction of that, and the passes the linear decay takes
     #: the radix cache evicts the least recently used leaf (see KvCache.release)
     EVICT_BY_TOUCH = True
+    #: SGLang's defaults: initial new-token ratio (x schedule_conservativeness), its floor as a
+    #: fraction of that, and the passes the linear decay takes
     INIT_NEW_TOKEN_RATIO = 0.7
     MIN_NEW_TOKEN_RATIO_FACTOR = 0.14
     NEW_TOKEN_RATIO_DECAY_PASSES = 600
