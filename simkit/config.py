@@ -562,6 +562,25 @@ class SglangSpec:
 
 
 @frozen
+class TrtllmSpec:
+    """TRT-LLM scheduler settings (``backend: trtllm``), with TRT-LLM's names and defaults
+    (``TorchLlmArgs``; 0 disables each).
+
+    Batch waiting (TRT-LLM's ``PyExecutor._waiting_requests``): when a pass would run both
+    context (prefill) requests and generation (decode) requests, its context requests are held
+    back, and the pass decodes only, until ``batch_wait_timeout_iters`` such passes have
+    been held or the scheduled tokens (the whole prompts of the context requests plus one per
+    decode) reach ``batch_wait_max_tokens_ratio`` x ``max_num_batched_tokens`` (TRT-LLM's
+    ``max_num_tokens``); then they run and the count restarts. A pass without decodes never
+    waits. It trades TTFT for larger prefill batches (InferenceMAX runs Llama-3.1-70B 1k/1k
+    this way: 20 passes, ratio 0.9).
+    """
+
+    batch_wait_timeout_iters: int = field(default=0, validator=_non_negative)  #: passes
+    batch_wait_max_tokens_ratio: float = field(default=0.0, validator=_nonneg + [_at_most(1)])
+
+
+@frozen
 class PoolSpec:
     """One pool of identical workers and their vLLM-like engine settings.
 
@@ -606,10 +625,14 @@ class PoolSpec:
     backend: Literal["vllm", "sglang", "trtllm"] = "vllm"
     #: SGLang scheduler settings; only with ``backend: sglang``
     sglang: SglangSpec = field(factory=SglangSpec)
+    #: TRT-LLM scheduler settings; only with ``backend: trtllm``
+    trtllm: TrtllmSpec = field(factory=TrtllmSpec)
 
     def __attrs_post_init__(self) -> None:
         if self.backend != "sglang" and self.sglang != SglangSpec():
             raise ValueError("'sglang' settings apply only to backend: sglang")
+        if self.backend != "trtllm" and self.trtllm != TrtllmSpec():
+            raise ValueError("'trtllm' settings apply only to backend: trtllm")
         if self.backend != "vllm" and self.preemption_mode != "lifo":
             raise ValueError(f"'preemption_mode' applies only to backend: vllm ({self.backend} "
                              "never preempts by it)")

@@ -139,6 +139,11 @@ class VllmScheduler:
         self.fifo_preemption = spec.preemption_mode == "fifo"
         #: TRT-LLM GUARANTEED_NO_EVICT: admit against whole-request reservations, never preempt
         self.no_evict = spec.backend == "trtllm"
+        #: TRT-LLM batch waiting (:class:`simkit.config.TrtllmSpec`): passes held so far, limits
+        self.batch_wait_count = 0
+        self.batch_wait_iters = spec.trtllm.batch_wait_timeout_iters
+        self.batch_wait_tokens = spec.trtllm.batch_wait_max_tokens_ratio * spec.max_num_batched_tokens
+        self.batch_waiting = self.no_evict and (self.batch_wait_iters > 0 or self.batch_wait_tokens > 0)
         self.kv = KvCache(spec.num_gpu_blocks, spec.enable_prefix_caching, by_touch=self.EVICT_BY_TOUCH)
         self.waiting: deque[Seq] = deque()
         self.running: list[Seq] = []
@@ -286,11 +291,15 @@ class VllmScheduler:
         batch = Batch()
         entries = batch.entries
         running = self.running
+        hold = self.batch_waiting and self._hold_context()
         i = 0
         while i < len(running) and budget > 0:
             seq = running[i]
             computed = seq.computed
             if computed < seq.prefill_target:
+                if hold:
+                    i += 1
+                    continue
                 n = min(seq.prefill_target - computed, budget)
                 is_prefill = True
             else:
@@ -328,9 +337,43 @@ class VllmScheduler:
             entries.append((seq, n, is_prefill))
             budget -= n
             i += 1
-        if not batch.preempted:
+        if not batch.preempted and not hold:
             self._admit(batch, budget)
         return batch if entries else None
+
+    def _hold_context(self) -> bool:
+        """TRT-LLM batch waiting: whether this pass holds its context requests back (and counts
+        it), for a pass that would run context and generation requests.
+
+        The context requests are the running prompts still prefilling and the waiting requests
+        the pass would admit by ``max_num_seqs`` and token budget (their KV room is not
+        checked); each counts its whole prompt, as TRT-LLM's ``_waiting_requests`` does.
+        """
+        running = self.running
+        decodes = sum(1 for s in running if s.computed >= s.prefill_target)
+        if not decodes:
+            return False  # TRT-LLM never waits without generation requests
+        context = [s.prompt_len for s in running if s.computed < s.prefill_target]
+        left = self.budget - decodes - sum(s.prefill_target - s.computed for s in running
+                                           if s.computed < s.prefill_target)
+        slots = self.max_num_seqs - len(running)
+        for seq in self.waiting:
+            if slots <= 0 or left <= 0:
+                break
+            remaining = seq.prefill_target - seq.computed
+            if not self.chunked and remaining > left:
+                break
+            context.append(seq.prompt_len)
+            left -= remaining
+            slots -= 1
+        if not context:
+            return False
+        if (self.batch_wait_count >= self.batch_wait_iters
+                or sum(context) + decodes >= self.batch_wait_tokens):
+            self.batch_wait_count = 0
+            return False
+        self.batch_wait_count += 1
+        return True
 
     def _admit(self, batch: Batch, budget: int, only_transferred: bool = False) -> None:
         bs = self.block_size

@@ -347,3 +347,28 @@ def test_sglang_reservations_never_starve_the_decode_worker(pool, spec):
     capacity = pool["num_gpu_blocks"] * pool["block_size"]
     assert [r.status for r in records.requests] == [
         "completed" if isl + osl + pool["block_size"] <= capacity else "rejected" for _, isl, osl, _ in spec]
+
+
+@pytest.mark.parametrize("ratio, b_ttft_ms, b_end_ms", [(0.5, 35.0, 40.0), (0.1, 23.0, 28.0)])
+def test_trtllm_batch_waiting_holds_prefill_back_while_requests_decode(ratio, b_ttft_ms, b_end_ms):
+    # TRT-LLM batch waiting: at most 3 held passes; token threshold ratio x 1000-token budget.
+    # A (100 tokens, 8 out) at 0: prefill [0, 10] (nothing decodes, so no wait): token 1.
+    # B (100 tokens, 2 out) arrives at 1 ms. From 10, a pass would run B's prompt beside A's
+    # decode: 100 + 1 = 101 scheduled tokens.
+    # ratio 0.5 (threshold 500 > 101): three passes hold B back and decode A only: [10, 14],
+    #   [14, 18], [18, 22]; the fourth runs both: [22, 36]: B's token 1 at 36 (TTFT 35), its
+    #   token 2 at 40. A's tokens: 10, 14, 18, 22, 36, 40, 44, 48.
+    # ratio 0.1 (threshold 100 <= 101): no wait: [10, 24] runs both (TTFT 23), then [24, 28]
+    #   ends B. A's tokens: 10, 24, 28, 32, 36, 40, 44, 48.
+    reqs = [req(0, 0, 100, 8), req(1, 1, 100, 2)]
+    a, b = run(reqs, latency=CONST, backend="trtllm", max_num_batched_tokens=1000,
+               trtllm={"batch_wait_timeout_iters": 3, "batch_wait_max_tokens_ratio": ratio})
+    assert a.ttft_s * 1000 == ms(10.0)
+    assert (b.ttft_s * 1000, b.finished_at * 1000) == (ms(b_ttft_ms), ms(b_end_ms))
+    assert a.finished_at * 1000 == ms(48.0)
+
+
+def test_trtllm_settings_apply_only_to_trtllm():
+    from simkit.config import ConfigError
+    with pytest.raises(ConfigError, match=r"'trtllm' settings apply only to backend: trtllm"):
+        scenario_from_dict({"pools": {"aggregated": {"trtllm": {"batch_wait_timeout_iters": 3}}}})

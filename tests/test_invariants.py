@@ -52,6 +52,9 @@ def scenarios(draw):
                           "clip_max_new_tokens": draw(st.sampled_from([8, 4096])),
                           "schedule_conservativeness": draw(st.sampled_from([0.1, 1.0, 3.0])),
                           "budgets_count_chunks": draw(st.booleans())}
+    elif draw(st.booleans()):  # trtllm with batch waiting
+        pool["trtllm"] = {"batch_wait_timeout_iters": draw(st.integers(1, 20)),
+                          "batch_wait_max_tokens_ratio": draw(st.sampled_from([0.05, 0.5, 1.0]))}
     if draw(st.booleans()):
         data = {"pools": {"aggregated": pool}}
     else:
