@@ -623,6 +623,11 @@ class PoolSpec:
     #: whole prompt + output fits beside what running requests still may need, so nothing is
     #: ever preempted) or sglang (see ``sglang``)
     backend: Literal["vllm", "sglang", "trtllm"] = "vllm"
+    #: the engine schedules each pass while the previous one runs (vLLM's
+    #: ``--async-scheduling``; SGLang's overlap scheduler and TRT-LLM's overlap scheduler work
+    #: the same way): a request or handoff that reaches a worker during a pass misses the
+    #: pass already formed and joins the one after (a worker that was idle takes it at once)
+    async_scheduling: bool = False
     #: SGLang scheduler settings; only with ``backend: sglang``
     sglang: SglangSpec = field(factory=SglangSpec)
     #: TRT-LLM scheduler settings; only with ``backend: trtllm``

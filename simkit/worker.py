@@ -112,6 +112,10 @@ class Worker:
         self.pass_log: Optional[list] = [] if record_passes else None
         #: a message taken from the inbox during a fast-forwarded run, put back at its pass end
         self.in_hand = None
+        #: async scheduling: requests and handoffs that arrived during the last pass, taken
+        #: after the next pass is formed
+        self.async_scheduling = spec.async_scheduling
+        self.deferred: list = []
         #: called after each pass (the router re-checks its busy thresholds)
         self.on_pass_end: Optional[Callable[[], None]] = None
         #: set by a :class:`Drain` message: finish the work held, then stop
@@ -173,7 +177,7 @@ class Worker:
     def idle(self) -> bool:
         """Whether this worker has nothing to run (no pass in progress or due) and no
         reservation pending."""
-        return not self.sched.has_work() and not self.pending_reserve
+        return not self.sched.has_work() and not self.pending_reserve and not self.deferred
 
     @property
     def kv_capacity_blocks(self) -> int:
@@ -195,6 +199,7 @@ class Worker:
         """Prompt tokens still to compute here: in the inbox, waiting, and running prefills."""
         sched = self.sched
         queued = sum(m.input_length for m in self.inbox.items if type(m) is Request)
+        queued += sum(m.input_length for m in self.deferred if type(m) is Request)
         queued += sum(s.prefill_target - s.computed for s in sched.waiting)
         queued += sum(s.prefill_target - s.computed for s in sched.running if s.computed < s.prefill_target)
         return queued
@@ -320,23 +325,37 @@ class Worker:
         prompt_pool = self.role != "decode"
         rank = self.rank
         pending_reserve = self.pending_reserve
+        deferring = False  #: async scheduling and a pass just ran: arrivals since its start wait
         while True:
-            if not sched.has_work() and not pending_reserve:
+            if not sched.has_work() and not pending_reserve and not self.deferred:
                 if self.draining and not sched.held and not inbox.items and not self.expected_handoffs:
                     self.on_stop(self)
                     return
                 if not inbox.items:
                     self.reserve_credit = 0  # nothing pending at the pass end: its retry is spent
                 self._accept((yield inbox.get()))
+                deferring = False
             yield PassBoundary(env, rank)
-            for msg in inbox.drain():
+            # async scheduling: the pass about to be formed was scheduled when the last one
+            # started, so requests and handoffs that arrived since wait for the next one
+            # (control messages act at once)
+            late, self.deferred = self.deferred, []
+            for msg in late:
                 self._accept(msg)
+            for msg in inbox.drain():
+                if deferring and (type(msg) is Request or type(msg) is Handoff):
+                    self.deferred.append(msg)
+                else:
+                    self._accept(msg)
             if self.reserve_credit:
                 if pending_reserve:
                     self._answer_reservations()
                 self.reserve_credit = 0
             batch = sched.schedule()
             if batch is None:
+                deferring = False
+                if self.deferred:
+                    continue  # nothing runs: the deferred arrivals are taken at once
                 if sched.has_work() or pending_reserve:  # blocked: wait for a message
                     self._accept((yield inbox.get()))
                 continue
@@ -353,7 +372,8 @@ class Worker:
             else:
                 dt = pass_time_s(prefill_tokens, batch.decode_requests, batch.decode_context_tokens)
             self.in_pass = True
-            if self.fast_forward and not pending_reserve:
+            deferring = self.async_scheduling
+            if self.fast_forward and not pending_reserve and not self.deferred:
                 k = sched.decode_run_length(batch)
                 if k > 1:
                     yield from self._decode_run(batch, k)

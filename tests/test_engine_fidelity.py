@@ -372,3 +372,22 @@ def test_trtllm_settings_apply_only_to_trtllm():
     from simkit.config import ConfigError
     with pytest.raises(ConfigError, match=r"'trtllm' settings apply only to backend: trtllm"):
         scenario_from_dict({"pools": {"aggregated": {"trtllm": {"batch_wait_timeout_iters": 3}}}})
+
+
+@pytest.mark.parametrize("async_scheduling, b_ttft_ms, a_tokens_ms", [
+    (False, 16.0, [10, 14, 28, 32, 36]), (True, 20.0, [10, 14, 18, 32, 36])])
+def test_async_scheduling_defers_arrivals_during_a_pass_by_one_pass(async_scheduling, b_ttft_ms, a_tokens_ms):
+    # A (100 tokens, 5 out) and C (50 tokens, 2 out) reach the idle worker together at 0: one
+    # prefill pass [0, 10] for both (an idle worker takes arrivals at once, deferred or not);
+    # [10, 14] decodes both (C ends). B (100 tokens) arrives at 12, during that pass.
+    # Without async scheduling the pass at 14 takes it: [14, 28] = B's prefill + A's decode,
+    # TTFT 28 - 12 = 16. With it, the pass at 14 was formed when [10, 14] started: [14, 18]
+    # decodes A alone and B joins at 18: [18, 32], TTFT 20.
+    reqs = [req(0, 0, 100, 5), req(1, 12, 100, 2), req(2, 0, 50, 2)]
+    records = simulate(scenario_from_dict({"latency": CONST, "pools": {"aggregated": {
+        "async_scheduling": async_scheduling}}}), reqs)
+    a, b, c = records.requests
+    assert a.ttft_s * 1000 == c.ttft_s * 1000 == ms(10.0)
+    assert c.finished_at * 1000 == ms(14.0)
+    assert b.ttft_s * 1000 == ms(b_ttft_ms)
+    assert [t * 1000 for t in records.token_times[0]] == [ms(t) for t in a_tokens_ms]

@@ -36,6 +36,7 @@ def cases(draw):
         "max_num_seqs": draw(st.integers(1, 12)),
         "enable_prefix_caching": draw(st.booleans()),
         "enable_chunked_prefill": draw(st.booleans()),
+        "async_scheduling": draw(st.booleans()),
     }
     backend = draw(st.sampled_from(["vllm", "sglang", "trtllm"]))
     pool["backend"] = backend

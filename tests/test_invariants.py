@@ -41,6 +41,7 @@ def scenarios(draw):
         "max_num_seqs": draw(st.integers(1, 8)),
         "enable_prefix_caching": draw(st.booleans()),
         "enable_chunked_prefill": draw(st.booleans()),
+        "async_scheduling": draw(st.booleans()),
     }
     backend = pool["backend"] = draw(st.sampled_from(["vllm", "sglang", "trtllm"]))
     if backend == "vllm":
