@@ -24,8 +24,9 @@ Data (none of it is scored by benchmarks/silicon_accuracy.py except as stated):
 4. Host overheads and the all-reduce latency: the calibration subset of aiconfigurator-core's
    ``silicon_sample.csv``, the rows whose ``silicon_rows.calibration_row(id)`` is true
    (SHA-256 of the row id, one in four). Each is simulated exactly as
-   benchmarks/silicon_accuracy.py simulates a row (its own engine's scheduler), with the four
-   terms 0; ``layer_overhead_us``, ``pass_overhead_ms``, ``sequence_overhead_us`` (per request
+   benchmarks/silicon_accuracy.py simulates a row (its own engine's scheduler, under the
+   benchmark client and server settings that measured it: ``silicon_rows.harness_for``), with
+   the five terms 0; ``layer_overhead_us``, ``pass_overhead_ms``, ``sequence_overhead_us`` (per request
    sampled in a pass), ``request_layer_overhead_us`` (per such request and layer) and
    ``allreduce_latency_us`` are the least-squares fit of the measured
    TPOT (log; ``fit_overheads``), per GPU (on dense-model rows when there are at least 10) and
@@ -210,7 +211,7 @@ def fit_overheads(silicon: Path, max_concurrency: int = 1024) -> dict:
     silicon_sample.csv, by simulation.
 
     Each calibration row is simulated as silicon_accuracy.py does, with the five terms 0; in
-    the lockstep closed loop a decode token costs about one pass of ``b`` requests, so the
+    the closed loop a decode token costs about one pass of ``b`` requests, so the
     simulated TPOT grows by about ``layers * layer_overhead_us + pass_overhead_ms +
     b * (sequence_overhead_us + layers * request_layer_overhead_us) + (2 layers if TP > 1) *
     allreduce_latency_us`` with them (``b`` the requests per worker: the concurrency over the
@@ -253,7 +254,7 @@ def fit_overheads(silicon: Path, max_concurrency: int = 1024) -> dict:
         lo, hi = [0.0, 0.0, 0.0, 0.0, 0.0], [500.0, 100.0, 500.0, 200.0, 50.0]
         if layer_us is not None:  # held at a value fitted elsewhere
             lo[0], hi[0] = layer_us, layer_us + 1e-9
-        x, err = _log_fit(predict, measured, [layer_us or 10.0, 1.0, 10.0, 10.0, 0.1], (lo, hi))
+        x, err = _log_fit(predict, measured, [10.0 if layer_us is None else layer_us, 1.0, 10.0, 10.0, 0.1], (lo, hi))
         return {k: round(float(v), 3) for k, v in zip(OVERHEADS, x)}, len(items), err
 
     out = {}
@@ -312,10 +313,15 @@ def main() -> None:
         if files:
             entry["vidur_attention"] = entry.pop("fit_attention")
             entry.update(fit_attention_aic(gpu, files))
+    before = OUT.read_text()
     if not args.dry_run:  # the overhead fit simulates with the efficiencies just fitted
         OUT.write_text(json.dumps({**fitted, "default": fitted["H100"]}, indent=1) + "\n")
         hardware._calibration_table.cache_clear()
-    overheads = fit_overheads(silicon)
+    try:
+        overheads = fit_overheads(silicon)
+    except BaseException:
+        OUT.write_text(before)  # never leave the efficiencies-only intermediate behind
+        raise
     pooled = {k: float(np.median([f["all"][0][k] for f in overheads.values()])) for k in OVERHEADS}
     for gpu, entry in fitted.items():
         entry["vidur_layer_overhead_us"] = entry["layer_overhead_us"]

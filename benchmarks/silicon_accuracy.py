@@ -5,17 +5,15 @@ concurrency, TP/DP, aggregated or disaggregated with worker counts).
     pip download aiconfigurator-core --no-deps -d /tmp/aic && (cd /tmp/aic && unzip -oq *.whl -d x)
     python benchmarks/silicon_accuracy.py [--silicon PATH] [--systems h100_sxm,h200_sxm]
         [--models Qwen3-32B,...] [--backends vllm,...] [--modes agg,disagg] [--limit N]
-        [--max-concurrency 1024] [--latency-model roofline|aic] [--rounds 3] [--first-wave]
-        [--staggered] [--csv FILE] [--quiet]
+        [--max-concurrency 1024] [--latency-model roofline|aic] [--csv FILE] [--quiet]
 
 For each row that benchmarks/calibrate_roofline.py did NOT use (``calibration_row`` false),
-the deployment is simulated: closed loop at the row's concurrency (each of ``concurrency``
-users sends its next request when its previous one ends: a dependency chain), fixed
-ISL and OSL, ``--rounds`` (3) x concurrency requests (the first ``concurrency`` are warm-up and
-not scored unless ``--first-wave``;
-the users start together, as a benchmark client's do, and identical requests keep them in
-lockstep; ``--staggered`` spreads their starts over one estimated request lifetime instead),
-each worker following the row's engine (``backend``: vllm, sglang or trtllm scheduling),
+the deployment is simulated under the benchmark client that measured it
+(``silicon_rows.harness_for``: InferenceMAX's ``benchmark_serving.py`` with lengths drawn from
+``[0.8 x, x]``, 10 x concurrency prompts, the first wave scored, and its servers' settings; or
+NVIDIA's gap-analysis rows: fixed ISL and OSL, 3 x concurrency prompts, the first wave not
+scored): a closed loop at the row's concurrency (each slot sends the next prompt when its
+request ends), each worker following the row's engine (``backend``: vllm, sglang or trtllm scheduling),
 aggregated (one worker of TP x attention-DP GPUs per ``batch_size`` of concurrency) or
 disaggregated (``prefill_num_workers`` and ``decode_num_workers``, each pool with its own
 tensor_parallel_size, an instantaneous KV link). Simulated TTFT and TPOT are the means over
@@ -36,8 +34,8 @@ from pathlib import Path
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from silicon_rows import (SILICON_MODELS, calibration_row, concurrency, find_silicon, load_rows,  # noqa: E402
-                          precision, simulate_row, skip_reason)
+from silicon_rows import (SILICON_MODELS, calibration_row, concurrency, find_silicon, harness_for,  # noqa: E402
+                          load_rows, precision, simulate_row, skip_reason)
 
 from simkit.config import ConfigError  # noqa: E402
 
@@ -55,13 +53,8 @@ def main() -> None:
     ap.add_argument("--csv", metavar="FILE", help="also write one row per scored measurement")
     ap.add_argument("--latency-model", choices=("roofline", "aic"), default="roofline",
                     help="aic: aiconfigurator-core's measured database (pip install 'simkit[aic]')")
-    ap.add_argument("--rounds", type=int, default=3, help="requests per user (default 3)")
-    ap.add_argument("--first-wave", action="store_true",
-                    help="also score the first request of each user (the start-up burst)")
     ap.add_argument("--calibration-rows", action="store_true",
                     help="score the calibration rows instead (to choose settings without the scored rows)")
-    ap.add_argument("--staggered", action="store_true",
-                    help="start the users spread over a request lifetime instead of all at 0")
     args = ap.parse_args()
     path = Path(args.silicon) if args.silicon else find_silicon()
     if path is None:
@@ -89,8 +82,7 @@ def main() -> None:
         if args.limit is not None and len(out) >= args.limit:
             break
         try:
-            ttft, tpot = simulate_row(row, conc, None, args.staggered, args.rounds, args.first_wave,
-                                      args.latency_model)
+            ttft, tpot = simulate_row(row, conc, None, args.latency_model)
         except ConfigError as exc:
             skipped["does not fit: " + exc.messages[0].split(": ", 1)[1].split(" at TP")[0]] += 1
             continue
@@ -102,6 +94,7 @@ def main() -> None:
         e_ttft = abs(ttft / row["silicon_ttft_ms"] - 1)
         e_tpot = abs(tpot / row["silicon_tpot_ms"] - 1)
         out.append({"system": row["system"], "model": model, "backend": row["backend"], "mode": row["mode"],
+                    "harness": harness_for(row).name,
                     "precision": precision(row), "ape_ttft": e_ttft, "ape_tpot": e_tpot,
                     "id": row["id"], "isl": row["isl"], "osl": row["osl"], "concurrency": conc,
                     "ttft_ms": ttft, "silicon_ttft_ms": row["silicon_ttft_ms"],
@@ -119,7 +112,7 @@ def main() -> None:
         return
     agg = {"rows": ("ape_ttft", "size"), "TTFT_MAPE": ("ape_ttft", "mean"), "TTFT_MdAPE": ("ape_ttft", "median"),
            "TPOT_MAPE": ("ape_tpot", "mean"), "TPOT_MdAPE": ("ape_tpot", "median")}
-    table = res.groupby(["system", "model", "backend", "mode"]).agg(**agg)
+    table = res.groupby(["system", "model", "backend", "mode", "harness"]).agg(**agg)
     pd.set_option("display.width", 200)
     print((table * [1, 100, 100, 100, 100]).round(1).to_string())
     total = res.agg({"ape_ttft": ["mean", "median"], "ape_tpot": ["mean", "median"]}) * 100

@@ -5,14 +5,33 @@ subset) and benchmarks/silicon_accuracy.py (which scores the other rows). A row 
 scenario: the roofline model of its model, GPU, precision and TP (x attention-DP: the GPUs of
 one worker), aggregated (one worker per ``batch_size`` of concurrency) or disaggregated
 (``prefill_num_workers`` and ``decode_num_workers``, each pool with its own TP, an
-instantaneous KV link); the workload is ``concurrency`` users, each sending ``rounds``
-requests of fixed ISL and OSL one after the other (a closed loop as a dependency chain).
+instantaneous KV link); the workload is the row's benchmark client (:func:`harness_for`):
+``prompts_per_user`` x concurrency prompts sent through ``concurrency`` slots (a closed loop:
+each slot sends the next prompt when its request ends), all at time 0.
+
+Two harnesses measured the rows, told apart by ``silicon_data_source``:
+
+* **InferenceMAX** (SemiAnalysis, Apache-2.0; rows ``source_file=2026-04-06.csv`` and
+  ``db-dump``): its ``benchmarks/*.sh`` run ``benchmark_serving.py --dataset-name random
+  --random-range-ratio 0.8 --num-prompts $((CONC * 10)) --max-concurrency $CONC
+  --request-rate inf --ignore-eos``; that client draws each prompt's ISL and OSL uniformly
+  from ``[int(0.8 x), x]`` and reports means over all prompts, the first wave included.
+  Its Llama-3.1-70B servers are configured as the scripts do (:func:`_inferencemax_engine`).
+* **NVIDIA's gap analysis** (``source_file=.../aic-auto-gap-analysis/...``, Dynamo
+  deployments): the client is not published; fixed ISL and OSL, the first wave excluded (the
+  steady state), 3 prompts per user, as before these harnesses were told apart. The engines
+  run their defaults: SGLang's and TRT-LLM's overlap schedulers are on
+  (``async_scheduling``), vLLM 0.12's async scheduling is off.
+
+Engine defaults and scripts are facts about the harness; where a choice was open (whether
+NVIDIA's vLLM rows ran async scheduling) the calibration rows decided, never the scored ones.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Optional
@@ -21,7 +40,6 @@ import numpy as np
 import pandas as pd
 
 from simkit.config import scenario_from_dict
-from simkit.engine import make_latency_model
 from simkit.hardware import load_calibration
 from simkit.request import Request
 from simkit.sim import simulate
@@ -109,13 +127,73 @@ def concurrency(row) -> int:
     return int(m.group(1)) if m else 0
 
 
-def scenario_for(row, conc: int, overheads: Optional[dict] = None, latency_model: str = "roofline") -> dict:
+@dataclass(frozen=True)
+class Harness:
+    """How a row was measured: the benchmark client and the server settings.
+
+    ``range_ratio``: each prompt's ISL and OSL are drawn uniformly from ``[int(r x), x]`` (1:
+    fixed). ``prompts_per_user`` x concurrency prompts are sent; ``score_first_wave``: the
+    reported means include the first ``concurrency`` prompts (sent together at time 0).
+    ``engine``: pool settings; ``kv_cache_dtype``: None for the weights' (fp8 KV with fp8 or
+    fp4 weights, else bf16).
+    """
+
+    name: str
+    range_ratio: float = 1.0
+    prompts_per_user: int = 3
+    score_first_wave: bool = False
+    engine: dict = field(default_factory=dict)
+    kv_cache_dtype: Optional[str] = None
+
+
+def _inferencemax_engine(row) -> tuple[dict, Optional[str]]:
+    """Server settings of InferenceMAX's Llama-3.1-70B scripts (``benchmarks/70b_fp8_*.sh``);
+    other models' servers are left at simkit's defaults for the row.
+
+    vLLM: ``--max-num-seqs $CONC --max-num-batched-tokens 8192 --no-enable-prefix-caching
+    --async-scheduling``,
+    KV cache fp8 on H200 (``kv-cache-dtype: fp8``) and the checkpoint's bf16 on H100 (the
+    docker script sets none). TRT-LLM: ``--max_num_tokens 16384``, no chunked prefill (its
+    default), ``kv_cache_config: dtype fp8, enable_block_reuse false``, and for 1k/1k below TP
+    8 ``batch_wait_timeout_iters: 20, batch_wait_max_tokens_ratio: 0.9``.
+    """
+    if SILICON_MODELS.get(row["model_path"]) != "Llama-3.1-70B":
+        return {}, None
+    if row["backend"] == "vllm":
+        return ({"max_num_seqs": concurrency(row), "max_num_batched_tokens": 8192, "async_scheduling": True},
+                "fp8" if row["system"] == "h200_sxm" else "auto")
+    if row["backend"] == "trtllm":  # TRT-LLM's overlap scheduler is on by default
+        engine = {"max_num_batched_tokens": 16384, "enable_chunked_prefill": False, "async_scheduling": True}
+        if int(row["isl"]) == 1024 and int(row["osl"]) == 1024 and worker_gpus(row) < 8:
+            engine["trtllm"] = {"batch_wait_timeout_iters": 20, "batch_wait_max_tokens_ratio": 0.9}
+        return engine, "fp8"
+    return {}, None
+
+
+def harness_for(row) -> Harness:
+    """The harness that measured ``row`` (see the module docstring). SGLang's and TRT-LLM's
+    overlap schedulers are on by default (``async_scheduling``); vLLM's async scheduling only
+    where the server was started with it."""
+    overlap = {"async_scheduling": row["backend"] in ("sglang", "trtllm")}
+    if "aic-auto-gap-analysis" in str(row["silicon_data_source"]):
+        return Harness("nvidia", engine=overlap)
+    engine, kv = _inferencemax_engine(row)
+    return Harness("inferencemax", range_ratio=0.8, prompts_per_user=10, score_first_wave=True,
+                   engine={**overlap, **engine}, kv_cache_dtype=kv)
+
+
+def scenario_for(row, conc: int, overheads: Optional[dict] = None, latency_model: str = "roofline",
+                 harness: Optional[Harness] = None) -> dict:
     """The scenario (a dict) of a row; ``overheads`` overrides the fitted fixed overheads
     (``layer_overhead_us``, ``pass_overhead_ms``); ``latency_model`` roofline or aic (the
-    database of the row's backend, latest version)."""
+    database of the row's backend, latest version); ``harness`` (default: the row's) gives
+    the server settings."""
+    harness = harness or harness_for(row)
     model, gpu, prec = SILICON_MODELS[row["model_path"]], SILICON_GPUS[row["system"]], precision(row)
     isl = int(row["isl"])
     engine = {"max_num_batched_tokens": max(8192, isl), "enable_prefix_caching": False, "backend": row["backend"]}
+    engine.update(harness.engine)
+    kv_dtype = harness.kv_cache_dtype or ("fp8" if prec != "bf16" else "auto")
 
     def latency(tp: int, prefix: str = "") -> dict:
         extra = dict(overheads or {})
@@ -125,13 +203,15 @@ def scenario_for(row, conc: int, overheads: Optional[dict] = None, latency_model
             # worker's host time per request is the per-rank one over the ranks
             extra["sequence_overhead_us"] = load_calibration(gpu, row["backend"]).sequence_overhead_us / dp
         return {"kind": latency_model, "model": model, "gpu": gpu, "precision": prec, "tensor_parallel_size": tp,
-                "kv_cache_dtype": "fp8" if prec != "bf16" else "auto", "backend": row["backend"], **extra}
+                "kv_cache_dtype": kv_dtype, "backend": row["backend"], **extra}
 
     if row["mode"] == "agg":
         tp = worker_gpus(row)
         # a missing batch size (some rows): the whole concurrency on one worker
         batch = row["batch_size"] * max(1, row["attention_dp_size"]) or conc
         pools = {"aggregated": {"workers": max(1, -(-conc // batch)), "max_num_seqs": batch, **engine}}
+        if "max_num_seqs" in harness.engine:  # the server's own limit, on one worker
+            pools["aggregated"]["workers"] = 1
         lat = latency(tp)
     else:
         ptp, dtp = worker_gpus(row, "prefill_"), worker_gpus(row, "decode_")
@@ -143,33 +223,39 @@ def scenario_for(row, conc: int, overheads: Optional[dict] = None, latency_model
                              "latency": latency(ptp, "prefill_")},
                  "decode": {"workers": dworkers, "max_num_seqs": dbatch, **engine}}
     return {"name": row["id"], "latency": lat, "pools": pools,
-            "workload": {"kind": "trace", "path": "silicon_sample.csv", "format": "csv"}}
+            "workload": {"kind": "trace", "path": "silicon_sample.csv", "format": "csv", "max_in_flight": conc}}
 
 
-def simulate_row(row, conc: int, overheads: Optional[dict] = None, staggered: bool = False,
-                 rounds: int = 3, first_wave: bool = False, latency_model: str = "roofline") -> tuple[float, float]:
-    """Simulated mean TTFT and TPOT (ms) of the scored requests (all but each user's first,
-    unless ``first_wave``); TPOT = (last - first token) / (OSL - 1), aiconfigurator's
-    definition.
+def client_requests(row, conc: int, harness: Harness) -> list[Request]:
+    """The prompts the row's benchmark client sends, all at time 0 (the concurrency slots of
+    the closed loop release them): ISL and OSL uniform in ``[int(r x), x]`` with r the
+    harness's ``range_ratio``, drawn from a generator seeded by the row id (deterministic)."""
+    isl, osl = int(row["isl"]), int(row["osl"])
+    n = harness.prompts_per_user * conc
+    if harness.range_ratio < 1:
+        rng = np.random.default_rng(int.from_bytes(hashlib.sha256(row["id"].encode()).digest()[:8], "little"))
+        isls = rng.integers(int(isl * harness.range_ratio), isl + 1, size=n)
+        osls = rng.integers(int(osl * harness.range_ratio), osl + 1, size=n)
+    else:
+        isls, osls = np.full(n, isl), np.full(n, osl)
+    return [Request(rid=i, arrived_at=0.0, input_length=int(isls[i]), output_length=int(osls[i])) for i in range(n)]
+
+
+def simulate_row(row, conc: int, overheads: Optional[dict] = None, latency_model: str = "roofline",
+                 harness: Optional[Harness] = None) -> tuple[float, float]:
+    """Simulated mean TTFT and TPOT (ms) of the scored requests (all, or all but the first
+    wave, per the harness); a request's TPOT = (last - first token) / (OSL - 1), the
+    definition of aiconfigurator and of ``benchmark_serving.py``.
 
     Raises:
         ConfigError: the deployment is invalid (e.g. the weights do not fit).
     """
-    scenario = scenario_from_dict(scenario_for(row, conc, overheads, latency_model), source=row["id"])
-    isl, osl = int(row["isl"]), int(row["osl"])
-    # users start together (as a benchmark client's do) and, requests being identical, stay in
-    # lockstep; staggered: user k starts at k/conc of an estimated request lifetime
-    life_s = 0.0
-    if staggered:
-        _, pool = scenario.pools.named()[-1]
-        model = make_latency_model(pool.latency or scenario.latency, 1)
-        batch = min(conc, pool.max_num_seqs)
-        life_s = model.pass_time_s(isl, 0, 0) + osl * model.pass_time_s(0, batch, batch * (isl + osl // 2))
-    requests = [Request(rid=i, arrived_at=(i % conc) * life_s / conc, input_length=isl, output_length=osl,
-                        session=i % conc, deps=(i - conc,) if i >= conc else ())
-                for i in range(rounds * conc)]
+    harness = harness or harness_for(row)
+    scenario = scenario_from_dict(scenario_for(row, conc, overheads, latency_model, harness), source=row["id"])
+    requests = client_requests(row, conc, harness)
     records = simulate(scenario, requests, record_token_times=False)
-    done = [r for r in records.requests if (first_wave or r.rid >= conc) and r.status == "completed"]
+    done = [r for r in records.requests if (harness.score_first_wave or r.rid >= conc) and r.status == "completed"]
     ttft = np.mean([r.ttft_s for r in done]) * 1e3
-    tpot = np.mean([(r.last_token_at - r.first_token_at) / (osl - 1) for r in done]) * 1e3 if osl > 1 else np.nan
+    tpots = [(r.last_token_at - r.first_token_at) / (r.output_length - 1) for r in done if r.output_length > 1]
+    tpot = np.mean(tpots) * 1e3 if tpots else np.nan
     return float(ttft), float(tpot)

@@ -23,3 +23,54 @@ def test_benchmark_script_prints_its_usage(name):
                           text=True, cwd=REPO, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "usage" in proc.stdout.lower()
+
+
+def _silicon_rows():
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import silicon_rows
+    return silicon_rows
+
+
+def _row(source: str, backend: str, isl: int = 1024, osl: int = 1024, tp: int = 4, conc: int = 16) -> dict:
+    row = {k: 0 for k in _silicon_rows().INT_COLS}
+    row.update(id=f"llama_3_1_70b_h200_sxm_{backend}_fp8_agg_{isl}x{osl}_c{conc}_tp{tp}", backend=backend,
+               model_path="meta-llama/Llama-3.1-70B", system="h200_sxm", precision="fp8", gemm_quant_mode="fp8",
+               mode="agg", isl=isl, osl=osl, tp_size=tp, pp_size=1, attention_dp_size=1, batch_size=conc,
+               silicon_data_source=f"{source}; silicon_concurrency={conc}")
+    return row
+
+
+def test_inferencemax_rows_get_its_client_and_server_settings():
+    # InferenceMAX's scripts: benchmark_serving.py --random-range-ratio 0.8 --num-prompts
+    # $((CONC * 10)); trtllm-serve --max_num_tokens 16384 and, for 1k/1k below TP 8, batch
+    # waiting (20 passes, ratio 0.9); its overlap scheduler on by default
+    sr = _silicon_rows()
+    row = _row("source_file=2026-04-06.csv", "trtllm")
+    h = sr.harness_for(row)
+    assert (h.name, h.range_ratio, h.prompts_per_user, h.score_first_wave, h.kv_cache_dtype) == (
+        "inferencemax", 0.8, 10, True, "fp8")
+    assert h.engine == {"async_scheduling": True, "max_num_batched_tokens": 16384, "enable_chunked_prefill": False,
+                        "trtllm": {"batch_wait_timeout_iters": 20, "batch_wait_max_tokens_ratio": 0.9}}
+    assert "trtllm" not in sr.harness_for(_row("source_file=2026-04-06.csv", "trtllm", tp=8)).engine
+    reqs = sr.client_requests(row, 16, h)
+    assert len(reqs) == 160 and all(r.arrived_at == 0.0 for r in reqs)
+    # ISL and OSL uniform in [int(0.8 x), x] = [819, 1024], drawn from the row id: same twice
+    assert all(819 <= r.input_length <= 1024 and 819 <= r.output_length <= 1024 for r in reqs)
+    assert len({r.input_length for r in reqs}) > 1
+    assert [(r.input_length, r.output_length) for r in reqs] == [
+        (r.input_length, r.output_length) for r in sr.client_requests(row, 16, h)]
+    vllm = sr.harness_for(_row("source_file=2026-04-06.csv", "vllm"))
+    assert vllm.engine == {"async_scheduling": True, "max_num_seqs": 16, "max_num_batched_tokens": 8192}
+
+
+def test_nvidia_gap_rows_keep_fixed_lengths_and_the_engine_defaults():
+    sr = _silicon_rows()
+    src = "source_file=/x/aic-auto-gap-analysis/data/h200_sxm/vllm/0.12.0/m.csv"
+    h = sr.harness_for(_row(src, "vllm"))
+    assert (h.name, h.range_ratio, h.prompts_per_user, h.score_first_wave) == ("nvidia", 1.0, 3, False)
+    assert h.engine == {"async_scheduling": False}
+    assert sr.harness_for(_row(src, "sglang")).engine == {"async_scheduling": True}
+    reqs = sr.client_requests(_row(src, "vllm"), 16, h)
+    assert len(reqs) == 48 and {(r.input_length, r.output_length) for r in reqs} == {(1024, 1024)}
+    scenario = sr.scenario_for(_row(src, "vllm"), 16)
+    assert scenario["workload"]["max_in_flight"] == 16  # a closed loop of 16 slots
