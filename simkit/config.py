@@ -576,7 +576,7 @@ class TrtllmSpec:
     this way: 20 passes, ratio 0.9).
     """
 
-    batch_wait_timeout_iters: int = field(default=0, validator=_non_negative)  #: passes
+    batch_wait_timeout_iters: int = field(default=0, validator=[_non_negative, _at_most(1_000_000)])  #: passes
     batch_wait_max_tokens_ratio: float = field(default=0.0, validator=_nonneg + [_at_most(1)])
 
 
