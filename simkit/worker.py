@@ -339,13 +339,18 @@ class Worker:
             # async scheduling: the pass about to be formed was scheduled when the last one
             # started, so requests and handoffs that arrived since wait for the next one
             # (control messages act at once)
-            late, self.deferred = self.deferred, []
-            for msg in late:
-                self._accept(msg)
-            for msg in inbox.drain():
-                if deferring and (type(msg) is Request or type(msg) is Handoff):
-                    self.deferred.append(msg)
-                else:
+            if self.deferred:
+                late, self.deferred = self.deferred, []
+                for msg in late:
+                    self._accept(msg)
+            if deferring:
+                for msg in inbox.drain():
+                    if type(msg) is Request or type(msg) is Handoff:
+                        self.deferred.append(msg)
+                    else:
+                        self._accept(msg)
+            else:
+                for msg in inbox.drain():
                     self._accept(msg)
             if self.reserve_credit:
                 if pending_reserve:
