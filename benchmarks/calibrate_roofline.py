@@ -32,7 +32,8 @@ Data (none of it is scored by benchmarks/silicon_accuracy.py except as stated):
    TPOT (log; ``fit_overheads``), per GPU (on dense-model rows when there are at least 10) and
    per (GPU, backend) with at least ``MIN_BACKEND_ROWS`` (12) rows (``backends``; used when a
    scenario names its ``backend``; when its rows are of one model depth, which cannot tell
-   the per-layer from the per-pass time apart, ``layer_overhead_us`` is held at the GPU's).
+   the per-layer from the per-pass time apart, ``layer_overhead_us`` is held at the GPU's),
+   and per (GPU, backend) on the MoE rows alone (``<backend>/moe``: MoE models take it).
    Rows up to concurrency 1024 are used, as silicon_accuracy.py scores them. Vidur's per-layer fixed time (kernels timed one by one, no
    CUDA graphs) and its NCCL all-reduce latency are kept as ``vidur_layer_overhead_us`` and
    ``vidur_allreduce_latency_us`` for reference. benchmarks/silicon_accuracy.py scores only
@@ -219,8 +220,10 @@ def fit_overheads(silicon: Path, max_concurrency: int = 1024) -> dict:
     The all-reduce latency is fitted here rather than taken from Vidur's NCCL table because
     serving engines run small all-reduces through their own one-shot kernels (vLLM's and
     TRT-LLM's custom all-reduce), much faster than NCCL's ring. Least squares on log TPOT
-    gives the terms per GPU (dense-model rows when there are at least 10) and per (GPU,
-    backend) with at least ``MIN_BACKEND_ROWS`` rows. Returns {gpu: {"all": fit, backend: fit, ...}}, a fit
+    gives the terms per GPU (dense-model rows when there are at least 10), per (GPU,
+    backend) with at least ``MIN_BACKEND_ROWS`` rows (dense ones when there are that many),
+    and per (GPU, backend) on MoE rows alone (``<backend>/moe``, used for MoE models) when the
+    backend's fit is of dense rows and there are ``MIN_BACKEND_ROWS`` MoE rows. Returns {gpu: {"all": fit, backend: fit, ...}}, a fit
     being ({term: value}, rows, median |rel err| of TPOT).
     """
     zero = dict.fromkeys(OVERHEADS, 0.0)
@@ -271,6 +274,12 @@ def fit_overheads(silicon: Path, max_concurrency: int = 1024) -> dict:
                 # the per-layer time is then the GPU's (fitted over all engines' models)
                 one_depth = len({it[3] for it in rows}) < 2
                 fits[backend] = fit(rows, fits["all"][0]["layer_overhead_us"] if one_depth else None)
+            # MoE models run other paths (expert dispatch, attention data parallelism), often on
+            # other engine versions: their own fit where they have the rows
+            moe = [it for it in mine if it[1]]
+            if len(moe) >= MIN_BACKEND_ROWS and rows is not mine:
+                one_depth = len({it[3] for it in moe}) < 2
+                fits[f"{backend}/moe"] = fit(moe, fits["all"][0]["layer_overhead_us"] if one_depth else None)
         out[gpu] = fits
     return out
 

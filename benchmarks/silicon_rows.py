@@ -40,7 +40,7 @@ import numpy as np
 import pandas as pd
 
 from simkit.config import scenario_from_dict
-from simkit.hardware import load_calibration
+from simkit.hardware import load_calibration, load_model
 from simkit.request import Request
 from simkit.sim import simulate
 
@@ -201,7 +201,8 @@ def scenario_for(row, conc: int, overheads: Optional[dict] = None, latency_model
         if latency_model == "roofline" and dp > 1 and "sequence_overhead_us" not in extra:
             # attention-DP ranks prepare and sample their own requests in parallel: the
             # worker's host time per request is the per-rank one over the ranks
-            extra["sequence_overhead_us"] = load_calibration(gpu, row["backend"]).sequence_overhead_us / dp
+            moe = load_model(model).is_moe
+            extra["sequence_overhead_us"] = load_calibration(gpu, row["backend"], moe).sequence_overhead_us / dp
         return {"kind": latency_model, "model": model, "gpu": gpu, "precision": prec, "tensor_parallel_size": tp,
                 "kv_cache_dtype": kv_dtype, "backend": row["backend"], **extra}
 

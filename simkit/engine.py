@@ -216,7 +216,7 @@ class RooflineModel:
                  gpu: Optional[GpuSpec] = None, calibration: Optional[Calibration] = None) -> None:
         a = self.arch = arch or load_model(spec.model)
         g = self.gpu = gpu or load_gpu(spec.gpu)
-        c = calibration or load_calibration(g.name, spec.backend)
+        c = calibration or load_calibration(g.name, spec.backend, a.is_moe)
         overrides = {k: getattr(spec, k) for k in ("layer_overhead_us", "pass_overhead_ms", "sequence_overhead_us",
                                                    "request_layer_overhead_us", "allreduce_latency_us")
                      if getattr(spec, k) is not None}

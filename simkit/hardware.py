@@ -342,15 +342,19 @@ def _calibration_table() -> dict:
     return json.loads((_data_dir() / "calibration.json").read_text())
 
 
-def load_calibration(gpu: str, backend: Optional[str] = None) -> Calibration:
+def load_calibration(gpu: str, backend: Optional[str] = None, moe: bool = False) -> Calibration:
     """The fitted calibration of ``gpu`` from ``data/calibration.json``; GPUs without their
     own fit take the entry named ``default`` (documented there). With ``backend`` (vllm,
     sglang, trtllm) the fixed overheads fitted for that engine on that GPU replace the GPU's,
-    when the fit exists."""
+    when the fit exists; with ``moe`` too, those fitted on that engine's mixture-of-experts
+    rows (``<backend>/moe``) replace them in turn, when that fit exists."""
     table = _calibration_table()
     entry = dict(table.get(gpu) or table["default"])
     if backend is not None:
-        entry.update(entry.get("backends", {}).get(backend, {}))
+        fits = entry.get("backends", {})
+        entry.update(fits.get(backend, {}))
+        if moe:
+            entry.update(fits.get(f"{backend}/moe", {}))
     fields = Calibration.__attrs_attrs__
     return Calibration(**{f.name: entry[f.name] for f in fields if f.name in entry})
 

@@ -273,3 +273,27 @@ def test_roofline_scenario_dumps_kind_first_and_round_trips():
     assert scenario_from_dict(data) == s
     # prefill at TP 1 bf16 holds fewer blocks than decode at TP 2 fp8 (weights 65.5 GB vs 16.4 GB per GPU)
     assert s.pools.prefill.num_gpu_blocks < s.pools.decode.num_gpu_blocks
+
+
+def test_moe_models_take_their_engines_moe_fit_dense_models_do_not():
+    import json
+    from importlib import resources
+
+    from simkit.hardware import load_calibration
+
+    table = json.loads((resources.files("simkit") / "data" / "calibration.json").read_text())
+    fits = table["H200"]["backends"]
+    moe_fit, dense_fit = fits["sglang/moe"], fits["sglang"]
+    assert moe_fit["pass_overhead_ms"] != dense_fit["pass_overhead_ms"]  # else this test proves nothing
+    moe = RooflineModel(RooflineLatency(model="DeepSeek-V3", gpu="H200", precision="fp8", tensor_parallel_size=8,
+                                        backend="sglang"))
+    dense = RooflineModel(RooflineLatency(model="Llama-3.1-8B", gpu="H200", backend="sglang"))
+    for name in ("layer_overhead_us", "pass_overhead_ms", "sequence_overhead_us", "allreduce_latency_us",
+                 "request_layer_overhead_us"):
+        assert getattr(moe.cal, name) == moe_fit[name]
+        assert getattr(dense.cal, name) == dense_fit[name]
+    assert moe.cal == load_calibration("H200", "sglang", moe=True)
+    # an engine without a MoE fit on that GPU (H100 sglang: too few MoE rows): MoE models take
+    # the engine's fit
+    assert "sglang/moe" not in table["H100"]["backends"]
+    assert load_calibration("H100", "sglang", moe=True) == load_calibration("H100", "sglang")
