@@ -61,6 +61,11 @@ def test_inferencemax_rows_get_its_client_and_server_settings():
         (r.input_length, r.output_length) for r in sr.client_requests(row, 16, h)]
     vllm = sr.harness_for(_row("source_file=2026-04-06.csv", "vllm"))
     assert vllm.engine == {"async_scheduling": True, "max_num_seqs": 16, "max_num_batched_tokens": 8192}
+    assert vllm.kv_cache_dtype == "fp8"
+    # the B200 script: --max-num-seqs 512; the H100 one sets no KV dtype (the checkpoint's bf16)
+    b200 = sr.harness_for(dict(_row("source_file=2026-04-06.csv", "vllm"), system="b200_sxm"))
+    assert (b200.engine["max_num_seqs"], b200.kv_cache_dtype) == (512, "fp8")
+    assert sr.harness_for(dict(_row("source_file=2026-04-06.csv", "vllm"), system="h100_sxm")).kv_cache_dtype == "auto"
 
 
 def test_nvidia_gap_rows_keep_fixed_lengths_and_the_engine_defaults():
