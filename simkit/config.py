@@ -1376,9 +1376,15 @@ def _blame_override(message: str, path: str, overrides: list[tuple[str, Any]]) -
         target = "$." + key
         if where == target or where.startswith(target + ".") or target == where + ".kind":
             return f"--set {key}" + message[len(path):]
-        if "unknown field(s)" in message and target.startswith(where + "."):
-            unknown = target[len(where) + 1:].split(".")[0]  # the segment the override added
-            if unknown in message.partition("unknown field(s) ")[2].rpartition(" @ ")[0].split(", "):
+        if target.startswith(where + "."):
+            below = target[len(where) + 1:].split(".")[0]  # the segment the override wrote
+            text = message.rpartition(" @ ")[0]
+            if "unknown field(s)" in message:
+                if below in text.partition("unknown field(s) ")[2].split(", "):
+                    return f"--set {key}" + message[len(path):]
+            elif f"'{below}'" in text or " expected " in f" {text.split(': ', 1)[-1]}":
+                # a rule of the mapping that names the field the override set ("'trtllm'
+                # settings apply only to ..."), or a scalar the override turned into a mapping
                 return f"--set {key}" + message[len(path):]
     return message
 

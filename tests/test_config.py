@@ -128,6 +128,24 @@ def test_overrides_are_validated_like_the_file(tmp_path):
     with pytest.raises(ConfigError) as info:
         load_scenario(str(path), parse_overrides(["pools.decode.workers=abc"]))
     assert info.value.messages == ["--set pools.decode.workers: expected an integer, got 'abc' @ $.pools.decode.workers"]
+    # a rule of the enclosing mapping that names the field the --set wrote, and a scalar the
+    # --set turned into a mapping, blame the --set too
+    agg = str(REPO / "scenarios" / "agg.yaml")
+    with pytest.raises(ConfigError) as info:
+        load_scenario(agg, parse_overrides(["pools.aggregated.trtllm.batch_wait_timeout_iters=20"]))
+    assert info.value.messages == ["--set pools.aggregated.trtllm.batch_wait_timeout_iters: 'trtllm' settings apply "
+                                   "only to backend: trtllm @ $.pools.aggregated"]
+    with pytest.raises(ConfigError) as info:
+        load_scenario(agg, parse_overrides(["pools.aggregated.async_scheduling.x=1"]))
+    assert info.value.messages == ["--set pools.aggregated.async_scheduling.x: expected true or false, got {'x': 1} "
+                                   "@ $.pools.aggregated.async_scheduling"]
+    # the file's own error in that mapping still names the file
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("pools: {aggregated: {backend: sglang, preemption_mode: fifo}}\n")
+    with pytest.raises(ConfigError) as info:
+        load_scenario(str(bad), parse_overrides(["pools.aggregated.workers=2"]))
+    assert info.value.messages == [f"{bad}: 'preemption_mode' applies only to backend: vllm (sglang never preempts "
+                                   "by it) @ $.pools.aggregated"]
     with pytest.raises(ConfigError):
         parse_overrides(["no_equals_sign"])
     assert override(s, {"pools.prefill.workers": 3}).pools.prefill.workers == 3
