@@ -157,7 +157,7 @@ def _inferencemax_engine(row) -> tuple[dict, Optional[str]]:
     TRT-LLM (``kv_cache_config: dtype fp8, enable_block_reuse false``, no chunked prefill, its
     default): ``--max_num_tokens 16384``, and for 1k/1k below TP 8 ``batch_wait_timeout_iters:
     20, batch_wait_max_tokens_ratio: 0.9`` (the H200 script's). The stored B200 script
-    (``--max_num_tokens $MAX_MODEL_LEN``, no batch waiting) is a later version than the runs:
+    (``--max_num_tokens $MAX_MODEL_LEN``, no batch waiting) is likely not the version the runs used:
     on the B200 calibration rows it scores TTFT MAPE 41% against 24% with the H200 settings,
     whose batch waiting shows in the measured 1k/1k TTFTs; the B200 rows take those.
     """

@@ -349,14 +349,18 @@ class VllmScheduler:
         the pass would admit by ``max_num_seqs`` and token budget (their KV room is not
         checked); each counts its whole prompt, as TRT-LLM's ``_waiting_requests`` does.
         """
-        running = self.running
-        decodes = sum(1 for s in running if s.computed >= s.prefill_target)
+        decodes = prefilling = 0
+        context = []
+        for s in self.running:
+            if s.computed < s.prefill_target:
+                context.append(s.prompt_len)
+                prefilling += s.prefill_target - s.computed
+            else:
+                decodes += 1
         if not decodes:
             return False  # TRT-LLM never waits without generation requests
-        context = [s.prompt_len for s in running if s.computed < s.prefill_target]
-        left = self.budget - decodes - sum(s.prefill_target - s.computed for s in running
-                                           if s.computed < s.prefill_target)
-        slots = self.max_num_seqs - len(running)
+        left = self.budget - decodes - prefilling
+        slots = self.max_num_seqs - len(self.running)
         for seq in self.waiting:
             if slots <= 0 or left <= 0:
                 break

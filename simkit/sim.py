@@ -250,7 +250,7 @@ class Simulation:
                 where["inboxes"] += sum(1 for m in w.inbox.items if carries_request(m))
                 where["inboxes"] += w.in_hand is not None and carries_request(w.in_hand)
                 where["inboxes"] += len(w.pending_reserve)
-                where["inboxes"] += sum(1 for m in w.deferred if carries_request(m))
+                where["inboxes"] += len(w.deferred)  # requests and handoffs only
                 where["waiting"] += len(w.sched.waiting)
                 where["running"] += len(w.sched.running)
                 kv = w.sched.kv
