@@ -12,7 +12,7 @@ trace line), the median, p90 and p99 of |relative error|, plus wall time and pea
 
 Example:
     python benchmarks/compare_reference.py --mode disagg --backend sglang \
-        --trace ../shared/traces/mooncake_synthetic.jsonl --peer-python /work/refvenv/bin/python
+        --trace ../shared/traces/mooncake_synthetic.jsonl --peer-python PEER_VENV/bin/python  # a venv with ai-dynamo-runtime==1.6.1
 """
 
 from __future__ import annotations
