@@ -545,6 +545,16 @@ class SglangSpec:
     resets when a decode pass must retract: a decode pass that cannot grow every running
     request by a token retracts the one with the fewest output tokens (its KV freed, its
     progress recomputed later) until it can.
+
+    ``enable_mixed_chunk`` (SGLang's ``--enable-mixed-chunk``; only with chunked prefill, as
+    SGLang's ``is_mixed_chunk``): an extend pass also decodes every running request that has
+    its first token, and its chunk, ``max_prefill_tokens`` and KV budgets are first reduced by
+    one token per such request (``PrefillAdder``'s ``mixed_with_decode_tokens``; sources:
+    SGLang ``scheduler.py`` ``get_new_batch_prefill`` and ``schedule_batch.py``
+    ``mix_with_running``). Where the running requests' next tokens would need more pages than
+    are free, that extend pass runs without them and they decode in the next pass (which
+    retracts as a decode pass does; SGLang allocates without a check there). Aggregated
+    workers only: a prefill worker has no decodes to mix and a decode worker never mixes.
     """
 
     schedule_policy: Literal["fifo", "lpm"] = "fifo"
@@ -559,6 +569,8 @@ class SglangSpec:
     #: and a 20000-token prompt arriving together share the reference's first pass (8168
     #: tokens); SGLang runs the 1000 alone.
     budgets_count_chunks: bool = False
+    #: extend passes decode the running requests too (SGLang ``--enable-mixed-chunk``)
+    enable_mixed_chunk: bool = False
 
 
 @frozen
@@ -636,6 +648,9 @@ class PoolSpec:
     def __attrs_post_init__(self) -> None:
         if self.backend != "sglang" and self.sglang != SglangSpec():
             raise ValueError("'sglang' settings apply only to backend: sglang")
+        if self.sglang.enable_mixed_chunk and not self.enable_chunked_prefill:
+            raise ValueError("'sglang.enable_mixed_chunk' needs enable_chunked_prefill: true (SGLang "
+                             "mixes decodes only into chunked-prefill passes)")
         if self.backend != "trtllm" and self.trtllm != TrtllmSpec():
             raise ValueError("'trtllm' settings apply only to backend: trtllm")
         if self.backend != "vllm" and self.preemption_mode != "lifo":

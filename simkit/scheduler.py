@@ -606,6 +606,9 @@ class SglangScheduler(VllmScheduler):
         self.chunked = True  # a long prompt is admitted whole when chunking is off: no budget cap
         self.max_prefill_tokens = sg.max_prefill_tokens
         self.budgets_on_chunks = sg.budgets_count_chunks
+        #: extend passes carry the running requests' decodes (SGLang's is_mixed_chunk: mixed
+        #: chunk needs chunked prefill); a decode worker never extends beside its decodes
+        self.mixed = sg.enable_mixed_chunk and self.chunk_budget is not None and role == "aggregated"
         self.clip_max_new_tokens = sg.clip_max_new_tokens
         self.init_ratio = self.INIT_NEW_TOKEN_RATIO * sg.schedule_conservativeness
         self.min_ratio = self.init_ratio * self.MIN_NEW_TOKEN_RATIO_FACTOR
@@ -739,9 +742,14 @@ class SglangScheduler(VllmScheduler):
         rem_chunk = self.chunk_budget if self.chunk_budget is not None else math.inf
         rem_input = self.max_prefill_tokens
         ratio = self.new_token_ratio
+        # mixed chunk: each running request with its first token decodes in this pass too,
+        # one token of every budget each (SGLang's mixed_with_decode_tokens)
+        mixed = sum(1 for s in running if s.computed >= s.prefill_target) if self.mixed else 0
+        rem_chunk -= mixed
+        rem_input -= mixed
 
         def total_budget() -> float:  # read first before anything here changes the cache
-            return kv.free_blocks * bs - sum(
+            return kv.free_blocks * bs - mixed - sum(
                 min(s.output_len - s.generated, clip) * ratio for s in running if s.computed >= s.prefill_target)
 
         rem_total = None  # computed when first needed (a decode pass mostly needs none)
@@ -808,7 +816,29 @@ class SglangScheduler(VllmScheduler):
             rem_total -= paged + reserve
             rem_input -= paged
             rem_chunk -= paged
+        if mixed and batch.entries:
+            self._mix_decodes(batch)
         return False
+
+    def _mix_decodes(self, batch: Batch) -> None:
+        """Mixed chunk: the running requests that have their first token (a prompt in this
+        pass has not reached its ``prefill_target``) decode in the extend pass ``batch``, after its prompts, as
+        SGLang's ``mix_with_running`` appends the running batch; left to the next pass if
+        their next tokens need more pages than are free."""
+        bs = self.block_size
+        kv = self.kv
+        slot = self.decode_slot
+        decoding = [s for s in self.running if s.computed >= s.prefill_target]
+        need = [max(0, -(-(s.computed + 1 + slot) // bs) - len(s.held) - s.anon) for s in decoding]
+        if sum(need) > kv.free_blocks:
+            return
+        for seq, more in zip(decoding, need):
+            if more:
+                kv.allocate(more)
+                seq.anon += more
+            batch.entries.append((seq, 1, False))
+            batch.decode_requests += 1
+            batch.decode_context_tokens += seq.computed + 1
 
     def _add_prefill(self, batch: Batch, seq: Seq, start: int, n: int) -> None:
         batch.entries.append((seq, n, True))

@@ -97,6 +97,37 @@ def test_sglang_packs_a_prompt_and_a_chunk_of_another_into_the_chunk_budget():
     assert v1.ttft_s * 1000 == ms(P(8) + P(4) + D(5, C))
 
 
+@pytest.mark.parametrize("mixed, r0_tokens_ms, r1_tokens_ms", [  # (first, second, last) and (first, last)
+    # not mixed: pass 3 [14, 24] extends r1's first 64 tokens, pass 4 [24, 34] its last 36
+    # (r0 waits in both); then decode passes of both [34, 38] and of r0 [38, 42]
+    (False, [10, 14, 42], [34, 38]),
+    # mixed: r0 decodes in every extend pass, one token of the 64 chunk budget: pass 3 is
+    # r1's page-aligned 48 tokens (63 // 16 * 16) + r0's decode [14, 28], pass 4 r1's last 52
+    # + r0's decode [28, 42]; then r1 decodes alone [42, 46]
+    (True, [10, 14, 42], [42, 46]),
+])
+def test_sglang_mixed_chunk_decodes_the_running_requests_in_extend_passes(mixed, r0_tokens_ms, r1_tokens_ms):
+    # constant model: extend pass 10 ms, decode pass 4 ms, a mixed pass 14 ms; pages of 16,
+    # chunk budget 64. r0 (16-token prompt, 4 tokens) at 0: extend [0, 10], decode [10, 14];
+    # r1 (100-token prompt, 2 tokens) arrives at 12 ms, during r0's decode pass.
+    pool = {"backend": "sglang", "block_size": 16, "num_gpu_blocks": 1000,
+            "sglang": {"chunked_prefill_size": 64, "enable_mixed_chunk": mixed}}
+    reqs = [req(0, 0, 16, 4, tbs=16), req(1, 12, 100, 2, tbs=16)]
+    r0, r1 = run(reqs, latency=CONST, **pool)
+    assert (r0.first_token_at * 1000, r0.second_token_at * 1000, r0.finished_at * 1000) == (
+        ms(r0_tokens_ms[0]), ms(r0_tokens_ms[1]), ms(r0_tokens_ms[2]))
+    assert (r1.first_token_at * 1000, r1.finished_at * 1000) == (ms(r1_tokens_ms[0]), ms(r1_tokens_ms[1]))
+
+
+def test_sglang_mixed_chunk_needs_chunked_prefill():
+    # SGLang's is_mixed_chunk is off without chunked prefill; simkit says so instead
+    from simkit.config import ConfigError
+    pool = {"backend": "sglang", "enable_chunked_prefill": False, "sglang": {"enable_mixed_chunk": True}}
+    with pytest.raises(ConfigError, match=r"'sglang.enable_mixed_chunk' needs enable_chunked_prefill: true "
+                                          r".* @ \$\.pools\.aggregated$"):
+        scenario_from_dict({"pools": {"aggregated": pool}})
+
+
 def test_sglang_decode_waits_while_another_prompt_extends():
     # r0 (1000 tokens, 100 output) decodes; r1's 20000-token prompt arrives at 100 ms and takes
     # three extend passes (8192, 8192, 3616 tokens) in which r0 produces nothing. Measured on

@@ -46,7 +46,8 @@ def cases(draw):
         pool["sglang"] = {"schedule_policy": draw(st.sampled_from(["fifo", "lpm"])),
                           "max_prefill_tokens": draw(st.sampled_from([128, 16384])),
                           "clip_max_new_tokens": draw(st.sampled_from([16, 4096])),
-                          "schedule_conservativeness": draw(st.sampled_from([0.3, 1.0, 2.0]))}
+                          "schedule_conservativeness": draw(st.sampled_from([0.3, 1.0, 2.0])),
+                          "enable_mixed_chunk": draw(st.booleans()) and pool["enable_chunked_prefill"]}
     if backend == "trtllm" and draw(st.booleans()):
         pool["trtllm"] = {"batch_wait_timeout_iters": draw(st.integers(0, 5)),
                           "batch_wait_max_tokens_ratio": draw(st.sampled_from([0.0, 0.1, 0.9]))}

@@ -52,7 +52,8 @@ def scenarios(draw):
                           "max_prefill_tokens": draw(st.sampled_from([256, 16384])),
                           "clip_max_new_tokens": draw(st.sampled_from([8, 4096])),
                           "schedule_conservativeness": draw(st.sampled_from([0.1, 1.0, 3.0])),
-                          "budgets_count_chunks": draw(st.booleans())}
+                          "budgets_count_chunks": draw(st.booleans()),
+                          "enable_mixed_chunk": draw(st.booleans()) and pool["enable_chunked_prefill"]}
     elif draw(st.booleans()):  # trtllm with batch waiting
         pool["trtllm"] = {"batch_wait_timeout_iters": draw(st.integers(1, 20)),
                           "batch_wait_max_tokens_ratio": draw(st.sampled_from([0.05, 0.5, 1.0]))}
@@ -84,7 +85,7 @@ def _check_every_pass(sched, spec) -> None:
             assert len(batch.entries) <= spec.max_num_seqs
             if budget is not None:
                 assert batch.prefill_tokens + batch.decode_requests <= budget
-            if spec.backend == "sglang":  # an extend pass or a decode pass, never both
+            if spec.backend == "sglang" and not spec.sglang.enable_mixed_chunk:  # extend or decode, never both
                 assert not (batch.prefill_tokens and batch.decode_requests)
         return batch
 
