@@ -1056,16 +1056,16 @@ def _kind_hook(kinds: dict[str, type]):
 def _strict(kind: type, label: str):
     def structure(value: Any, _type: Any) -> Any:
         if isinstance(value, bool) and kind is not bool:
-            raise TypeError(f"expected {label}, got {value!r}")
+            raise TypeError(f"expected {label}, got {_describe(value)}")
         if kind is float:
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 value = float(value)
                 if not math.isfinite(value):
-                    raise ValueError(f"expected a finite number, got {value!r}")
+                    raise ValueError(f"expected a finite number, got {_describe(value)}")
                 return value
-            raise TypeError(f"expected {label}, got {value!r}")
+            raise TypeError(f"expected {label}, got {_describe(value)}")
         if not isinstance(value, kind):
-            raise TypeError(f"expected {label}, got {value!r}")
+            raise TypeError(f"expected {label}, got {_describe(value)}")
         return value
 
     return structure
@@ -1074,7 +1074,7 @@ def _strict(kind: type, label: str):
 def _literal_hook(value: Any, type_: Any) -> Any:
     allowed = type_.__args__
     if value not in allowed or isinstance(value, bool):
-        raise ValueError(f"expected one of: {', '.join(map(str, allowed))}, got {value!r}")
+        raise ValueError(f"expected one of: {', '.join(map(str, allowed))}, got {_describe(value)}")
     return value
 
 
@@ -1090,8 +1090,11 @@ def _mapping_factory(cls: type):
 
 
 def _describe(value: Any) -> str:
+    """A value as the YAML that wrote it would show it (null, true, false), else its repr."""
     if value is None:
         return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
     if isinstance(value, (list, tuple)):
         return f"a list {value!r}"[:80]
     return repr(value)[:80]

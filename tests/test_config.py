@@ -47,11 +47,15 @@ def test_range_errors_name_the_field():
 
 def test_booleans_are_not_integers_and_nan_is_refused():
     assert errors({"pools": {"aggregated": {"workers": True}}}) == [
-        "s.yaml: expected an integer, got True @ $.pools.aggregated.workers"]
+        "s.yaml: expected an integer, got true @ $.pools.aggregated.workers"]
     assert errors({"pools": {"aggregated": {}}, "sla": {"ttft_ms": float("nan")}}) == [
         "s.yaml: expected a finite number, got nan @ $.sla.ttft_ms"]
     assert errors({"pools": {"aggregated": {"enable_prefix_caching": "no"}}}) == [
         "s.yaml: expected true or false, got 'no' @ $.pools.aggregated.enable_prefix_caching"]
+    # values are shown as the YAML writes them (null, true), not as Python's None and True
+    assert errors({"pools": {"aggregated": {"backend": None, "max_num_seqs": None}}}) == [
+        "s.yaml: expected an integer, got null @ $.pools.aggregated.max_num_seqs",
+        "s.yaml: expected one of: vllm, sglang, trtllm, got null @ $.pools.aggregated.backend"]
 
 
 def test_cross_field_rules():
