@@ -138,6 +138,8 @@ class Worker:
         #: :meth:`_answer_reservations`)
         self.reserve_credit = 0
         self.in_pass = False  #: a forward pass (or a fast-forwarded run of them) is under way
+        #: the pass ends laid out so far by a fast-forwarded run under way (else None)
+        self.run_ends: Optional[list] = None
 
     def publish_kv_events(self, lag_s: float) -> None:
         """From now on, announce blocks stored and evicted; the router's view of this worker's
@@ -253,7 +255,17 @@ class Worker:
             else:
                 self.pending_reserve.append(seq)  # retried when an event reaches the worker
         else:
-            self.inbox.put(Reserve(seq, between_passes=not self.in_pass))
+            self.inbox.put(Reserve(seq, between_passes=not self.in_pass or self._at_run_pass_end()))
+
+    def _at_run_pass_end(self) -> bool:
+        """Whether now is the end of a pass of the fast-forwarded run under way: there, as
+        after a stepped pass's end (which SimPy runs before a dispatch of the same instant),
+        the worker is between passes."""
+        ends = self.run_ends
+        if ends is None:
+            return False
+        i = bisect_left(ends, self.env.now)
+        return i < len(ends) and ends[i] == self.env.now
 
     def _answer_reservations(self) -> None:
         """Reserve room for the oldest pending requests, one attempt per credit, stopping at
@@ -437,6 +449,7 @@ class Worker:
         start = env.now
         dts: list = []
         ends: list = []
+        self.run_ends = ends
         msg = None
         chunk = FIRST_CHUNK
         with self.inbox.get() as get:
@@ -461,6 +474,7 @@ class Worker:
                 if capped:
                     break
                 chunk *= 2
+        self.run_ends = None
         n = len(ends)
         if msg is not None and env.now < ends[-1]:
             n = bisect_left(ends, env.now) + 1  # the first pass end >= the arrival
