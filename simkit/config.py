@@ -554,7 +554,8 @@ class SglangSpec:
     ``mix_with_running``). Where the running requests' next tokens would need more pages than
     are free, that extend pass runs without them and they decode in the next pass (which
     retracts as a decode pass does; SGLang allocates without a check there). Aggregated
-    workers only: a prefill worker has no decodes to mix and a decode worker never mixes.
+    pools only (refused on prefill and decode pools). As in SGLang, a chunk budget not much
+    above the running requests leaves prompts less than a page: they wait until fewer run.
     """
 
     schedule_policy: Literal["fifo", "lpm"] = "fifo"
@@ -649,8 +650,15 @@ class PoolSpec:
         if self.backend != "sglang" and self.sglang != SglangSpec():
             raise ValueError("'sglang' settings apply only to backend: sglang")
         if self.sglang.enable_mixed_chunk and not self.enable_chunked_prefill:
-            raise ValueError("'sglang.enable_mixed_chunk' needs enable_chunked_prefill: true (SGLang "
+            raise ValueError("'sglang.enable_mixed_chunk' needs 'enable_chunked_prefill': true (SGLang "
                              "mixes decodes only into chunked-prefill passes)")
+        if self.backend == "sglang" and self.enable_chunked_prefill:
+            chunk = self.sglang.chunked_prefill_size or self.max_num_batched_tokens
+            if chunk < self.block_size:
+                what = ("'sglang.chunked_prefill_size'" if self.sglang.chunked_prefill_size
+                        else "'max_num_batched_tokens' (the chunk budget)")
+                raise ValueError(f"{what} ({chunk}) must be at least 'block_size' ({self.block_size}): "
+                                 "SGLang cuts a long prompt into whole pages of the chunk budget")
         if self.backend != "trtllm" and self.trtllm != TrtllmSpec():
             raise ValueError("'trtllm' settings apply only to backend: trtllm")
         if self.backend != "vllm" and self.preemption_mode != "lifo":
@@ -683,6 +691,11 @@ class PoolsSpec:
                 raise ValueError("give either 'aggregated' or 'prefill' and 'decode', not both")
         elif self.prefill is None or self.decode is None:
             raise ValueError("give either 'aggregated' or both 'prefill' and 'decode'")
+        else:
+            for name, pool in (("prefill", self.prefill), ("decode", self.decode)):
+                if pool.sglang.enable_mixed_chunk:
+                    raise ValueError(f"'{name}': 'sglang.enable_mixed_chunk' applies only to an aggregated "
+                                     "pool (it mixes decodes into the passes that prefill)")
 
     @property
     def mode(self) -> str:
@@ -1400,9 +1413,10 @@ def _blame_override(message: str, path: str, overrides: list[tuple[str, Any]]) -
             if "unknown field(s)" in message:
                 if below in text.partition("unknown field(s) ")[2].split(", "):
                     return f"--set {key}" + message[len(path):]
-            elif f"'{below}'" in text or " expected " in f" {text.split(': ', 1)[-1]}":
+            elif f"'{below}'" in text or f"'{below}." in text or " expected " in f" {text.split(': ', 1)[-1]}":
                 # a rule of the mapping that names the field the override set ("'trtllm'
-                # settings apply only to ..."), or a scalar the override turned into a mapping
+                # settings apply only to ...", "'sglang.enable_mixed_chunk' needs ..."), or a
+                # scalar the override turned into a mapping
                 return f"--set {key}" + message[len(path):]
     return message
 

@@ -157,6 +157,9 @@ def main(argv: Sequence[str]) -> int:
         return 130
     import pandas as pd
 
+    for outcome in outcomes:  # errors name the scenario as the user gave it, not its absolute path
+        if outcome["error"]:
+            outcome["error"] = outcome["error"].replace(scenario_path, args.scenario)
     table = sweep_table(combos, outcomes)
     table.to_csv(os.path.join(out, "sweep.csv"), index=False)
     table.to_parquet(os.path.join(out, "sweep.parquet"), index=False)
@@ -190,9 +193,29 @@ def sweep_table(combos: list[dict], outcomes: list[dict]):
         row["output_tokens_per_s_per_gpu"] = tokens / gpus if tokens is not None and gpus else None
         rows.append(row)
     table = pd.DataFrame(rows)
+    for key in combos[0] if combos else ():
+        # a grid of values of several kinds (true and maybe, 2 and x) is one column of their
+        # YAML text: a table column (and parquet) holds one type
+        kinds = {_kind(combo[key]) for combo in combos} - {"null"}
+        if len(kinds) > 1:
+            table[key] = [None if combo[key] is None else _yaml_text(combo[key]) for combo in combos]
     for column in ("completed", "rejected"):  # counts stay integers beside failed (empty) rows
         table[column] = table[column].astype("Int64")
     return table
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "bool"
+    return "number" if isinstance(value, (int, float)) else "text"
+
+
+def _yaml_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
 
 
 def _execute(jobs: list, n_jobs: int, dask_address: Optional[str]) -> list[dict]:

@@ -68,7 +68,7 @@ def test_compare_prints_a_table_and_writes_overlaid_cdfs(tmp_path, capsys, monke
     assert main(["compare", str(tmp_path / "nothing")]) == 2
 
 
-def test_sweep_runs_every_combination_in_parallel_with_the_same_results(tmp_path, capsys):
+def test_sweep_runs_every_combination_in_parallel_with_the_same_results(tmp_path, capsys, monkeypatch):
     out = tmp_path / "sweep"
     args = ["sweep", str(REPO / "scenarios" / "agg.yaml"), "--grid", "pools.aggregated.workers=1,2",
             "--grid", "pools.aggregated.max_num_seqs=4,64", "--set", "workload.num_requests=60",
@@ -95,6 +95,26 @@ def test_sweep_runs_every_combination_in_parallel_with_the_same_results(tmp_path
     assert table.loc[1, "error"] == ("pools.aggregated.workers: 'workers' must be > 0: 0 "
                                      "@ $.pools.aggregated.workers")
     assert table.loc[0, "completed"] == 30
+    # values of several kinds in one grid: one column of their YAML text (parquet holds one
+    # type per column; a hostile walk crashed the table write here); errors name the scenario
+    # as given, not by its absolute path
+    mixed = ["sweep", "scenarios/agg.yaml", "--grid", "pools.aggregated.enable_prefix_caching=true,maybe",
+             "--set", "workload.num_requests=30", "--out", str(tmp_path / "mixed"), "--jobs", "1"]
+    monkeypatch.chdir(REPO)
+    assert main(mixed) == 1
+    table = pd.read_parquet(tmp_path / "mixed" / "sweep.parquet")
+    assert list(table["pools.aggregated.enable_prefix_caching"]) == ["true", "maybe"]
+    assert list(table["status"]) == ["ok", "failed"]
+    assert table.loc[1, "error"] == ("pools.aggregated.enable_prefix_caching: expected true or false, got 'maybe' "
+                                     "@ $.pools.aggregated.enable_prefix_caching")
+    assert (tmp_path / "mixed" / "pareto.png").exists()
+    # an error the file is blamed for names it as the user gave it (here: relative)
+    (tmp_path / "sg.yaml").write_text("workload: {kind: synthetic, num_requests: 30}\n"
+                                      "pools: {aggregated: {backend: sglang, sglang: {schedule_policy: lpm}}}\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(["sweep", "sg.yaml", "--grid", "pools.aggregated.backend=sglang,vllm", "--out", "sg", "--jobs", "1"]) == 1
+    assert pd.read_csv(tmp_path / "sg" / "sweep.csv").loc[1, "error"] == (
+        "sg.yaml: 'sglang' settings apply only to backend: sglang @ $.pools.aggregated")
 
 
 def test_sweep_of_12_points_is_identical_on_local_processes_and_a_dask_cluster(tmp_path):

@@ -143,6 +143,20 @@ def test_overrides_are_validated_like_the_file(tmp_path):
         load_scenario(agg, parse_overrides(["pools.aggregated.async_scheduling.x=1"]))
     assert info.value.messages == ["--set pools.aggregated.async_scheduling.x: expected true or false, got {'x': 1} "
                                    "@ $.pools.aggregated.async_scheduling"]
+    # a rule naming the --set field by its dotted name ('sglang.enable_mixed_chunk'), or
+    # naming the field another --set wrote ('enable_chunked_prefill'), blames that --set
+    sg = tmp_path / "sg.yaml"
+    sg.write_text("pools: {aggregated: {backend: sglang}}\n")
+    rule = ("'sglang.enable_mixed_chunk' needs 'enable_chunked_prefill': true (SGLang mixes decodes only into "
+            "chunked-prefill passes) @ $.pools.aggregated")
+    with pytest.raises(ConfigError) as info:
+        load_scenario(str(sg), parse_overrides(["pools.aggregated.enable_chunked_prefill=false",
+                                                "pools.aggregated.sglang.enable_mixed_chunk=true"]))
+    assert info.value.messages == [f"--set pools.aggregated.sglang.enable_mixed_chunk: {rule}"]
+    sg.write_text("pools: {aggregated: {backend: sglang, sglang: {enable_mixed_chunk: true}}}\n")
+    with pytest.raises(ConfigError) as info:
+        load_scenario(str(sg), parse_overrides(["pools.aggregated.enable_chunked_prefill=false"]))
+    assert info.value.messages == [f"--set pools.aggregated.enable_chunked_prefill: {rule}"]
     # the file's own error in that mapping still names the file
     bad = tmp_path / "bad.yaml"
     bad.write_text("pools: {aggregated: {backend: sglang, preemption_mode: fifo}}\n")

@@ -119,13 +119,32 @@ def test_sglang_mixed_chunk_decodes_the_running_requests_in_extend_passes(mixed,
     assert (r1.first_token_at * 1000, r1.finished_at * 1000) == (ms(r1_tokens_ms[0]), ms(r1_tokens_ms[1]))
 
 
-def test_sglang_mixed_chunk_needs_chunked_prefill():
-    # SGLang's is_mixed_chunk is off without chunked prefill; simkit says so instead
+def test_sglang_mixed_chunk_needs_chunked_prefill_and_an_aggregated_pool():
+    # SGLang's is_mixed_chunk is off without chunked prefill, and mixes nothing on a prefill
+    # or decode worker; simkit says so instead of ignoring the setting
     from simkit.config import ConfigError
-    pool = {"backend": "sglang", "enable_chunked_prefill": False, "sglang": {"enable_mixed_chunk": True}}
-    with pytest.raises(ConfigError, match=r"'sglang.enable_mixed_chunk' needs enable_chunked_prefill: true "
+    mixed = {"backend": "sglang", "sglang": {"enable_mixed_chunk": True}}
+    with pytest.raises(ConfigError, match=r"'sglang.enable_mixed_chunk' needs 'enable_chunked_prefill': true "
                                           r".* @ \$\.pools\.aggregated$"):
-        scenario_from_dict({"pools": {"aggregated": pool}})
+        scenario_from_dict({"pools": {"aggregated": {**mixed, "enable_chunked_prefill": False}}})
+    with pytest.raises(ConfigError, match=r"'decode': 'sglang.enable_mixed_chunk' applies only to an aggregated "
+                                          r"pool .* @ \$\.pools$"):
+        scenario_from_dict({"pools": {"prefill": {"backend": "sglang"}, "decode": mixed}})
+
+
+def test_sglang_chunk_budget_must_hold_a_page():
+    # a prompt longer than the chunk budget is cut into whole pages of it: a budget below one
+    # page would never let it start (found by a hostile walk: the run ended "stuck")
+    from simkit.config import ConfigError
+    with pytest.raises(ConfigError, match=r"'sglang.chunked_prefill_size' \(16\) must be at least 'block_size' "
+                                          r"\(64\).* @ \$\.pools\.aggregated$"):
+        scenario_from_dict({"pools": {"aggregated": {"backend": "sglang", "sglang": {"chunked_prefill_size": 16}}}})
+    with pytest.raises(ConfigError, match=r"'max_num_batched_tokens' \(the chunk budget\) \(32\) must be at least"):
+        scenario_from_dict({"pools": {"aggregated": {"backend": "sglang", "max_num_batched_tokens": 32}}})
+    # without chunking, or on vllm (chunks of any token count), such budgets are valid
+    scenario_from_dict({"pools": {"aggregated": {"backend": "sglang", "max_num_batched_tokens": 32,
+                                                 "enable_chunked_prefill": False}}})
+    scenario_from_dict({"pools": {"aggregated": {"max_num_batched_tokens": 32}}})
 
 
 def test_sglang_decode_waits_while_another_prompt_extends():

@@ -60,6 +60,8 @@ def scenarios(draw):
     if draw(st.booleans()):
         data = {"pools": {"aggregated": pool}}
     else:
+        if "sglang" in pool:  # mixed chunk is for aggregated pools only
+            pool["sglang"]["enable_mixed_chunk"] = False
         data = {"pools": {"prefill": pool, "decode": dict(pool, workers=draw(st.integers(1, 3)))},
                 "link": {"bandwidth_gb_per_s": draw(st.sampled_from([None, 5.0])),
                          "latency_ms": draw(st.sampled_from([0.0, 2.0]))}}
