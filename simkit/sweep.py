@@ -30,6 +30,8 @@ COLUMNS = [
     ("requests_per_s", ("throughput", "requests_per_s")),
     ("output_tokens_per_s", ("throughput", "output_tokens_per_s")),
     ("goodput_fraction", ("goodput", "fraction")),
+    ("ttft_sla_fraction", ("goodput", "fraction_by_bound", "ttft_ms")),
+    ("itl_sla_fraction", ("goodput", "fraction_by_bound", "itl_ms")),
 ]
 
 

@@ -33,7 +33,10 @@ def test_main_command_writes_every_output(tmp_path):
     for key in ("ttft_ms", "itl_ms", "e2e_ms"):
         assert set(summary[key]) == {"mean", "p50", "p90", "p99"}
     assert set(summary["worker_seconds"]) == {"prefill", "decode"}
-    assert set(summary["goodput"]) == {"requests_per_s", "output_tokens_per_s", "fraction"}
+    assert set(summary["goodput"]) == {"requests_per_s", "output_tokens_per_s", "fraction", "fraction_by_bound"}
+    # each bound alone is met by at least the requests that meet them all
+    assert set(summary["goodput"]["fraction_by_bound"]) == {"ttft_ms", "itl_ms"}
+    assert min(summary["goodput"]["fraction_by_bound"].values()) >= summary["goodput"]["fraction"]
     rows = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
     assert [r["id"] for r in rows] == list(range(60))
     assert set(rows[0]) >= {"id", "arrival_ms", "input_length", "output_length", "ttft_ms", "itl_ms",

@@ -154,3 +154,26 @@ def test_reference_prices_prefill_from_batch_means_when_asked():
     means = run(reqs, latency={"kind": "polynomial", "prefill_tokens_from_batch_means": True})
     assert ttft(means[1]) == ttft(means[2]) == ms(P(7416))
     assert ttft(means[1]) == pytest.approx(152.255511, abs=1e-6)
+
+
+def test_goodput_counts_requests_within_every_bound_and_each_bound_alone():
+    # constant model: prefill pass 10 ms, decode pass 4 ms, a mixed pass 14 ms. r0 (16 tokens,
+    # 3 out) at 0: pass [0, 10] gives its token 1. r1 (16, 2) arrives at 5 ms: pass [10, 24]
+    # decodes r0 and prefills r1 (tokens at 24); pass [24, 28] gives both their last token.
+    # r0: TTFT 10 ms, mean ITL (28 - 10) / 2 = 9 ms; r1: TTFT 24 - 5 = 19 ms, ITL 4 ms.
+    # SLA TTFT 15 ms, ITL 5 ms: r0 meets only TTFT, r1 only ITL; neither meets both.
+    from simkit.config import SlaSpec
+    from simkit.report import summarize
+    from simkit.sim import simulate
+    from conftest import scenario
+
+    s = scenario(latency={"kind": "constant", "prefill_ms": 10.0, "decode_ms": 4.0}, block_size=16)
+    records = simulate(s, [req(0, 0, 16, 3, tbs=16), req(1, 5, 16, 2, tbs=16)])
+    assert [r.ttft_s * 1000 for r in records.requests] == [pytest.approx(10.0), pytest.approx(19.0)]
+    g = summarize(records, SlaSpec(ttft_ms=15.0, itl_ms=5.0))["goodput"]
+    assert g["fraction"] == 0.0 and g["requests_per_s"] == 0.0
+    assert g["fraction_by_bound"] == {"ttft_ms": 0.5, "itl_ms": 0.5}
+    # with ITL 10 ms, r0 meets both: half the requests, 3 of the 5 output tokens over 28 ms
+    g = summarize(records, SlaSpec(ttft_ms=15.0, itl_ms=10.0))["goodput"]
+    assert g["fraction"] == 0.5 and g["fraction_by_bound"] == {"ttft_ms": 0.5, "itl_ms": 1.0}
+    assert g["output_tokens_per_s"] == pytest.approx(3 / 0.028)
