@@ -121,8 +121,9 @@ def pass_timeline(records: RunRecords, until_s: Optional[float] = None):
     ax.set_yticks(range(len(workers)), [f"{pool}/{w}" for pool, w in workers])
     ax.set_xlabel("simulated time (s)")
     ax.invert_yaxis()
-    ax.legend(handles=[Patch(color=c, label=k) for k, c in _KIND_COLOURS.items()], loc="upper right",
-              fontsize="small", ncols=3)
+    shown = {_kind(p) for p in records.pass_log if until_s is None or p.start_at <= until_s}
+    ax.legend(handles=[Patch(color=c, label=k) for k, c in _KIND_COLOURS.items() if k in shown],
+              loc="upper right", fontsize="small", ncols=3)
     return fig
 
 
@@ -158,7 +159,7 @@ def worker_series(records: RunRecords):
     ax_queue.step(xs, ys, where="post", color="k")
     ax_kv.set_ylabel("KV blocks in use")
     ax_batch.set_ylabel("requests in pass")
-    ax_queue.set_ylabel("queued requests")
+    ax_queue.set_ylabel("requests arrived,\nnot yet admitted")
     ax_queue.set_xlabel("simulated time (s)")
     for ax in (ax_kv, ax_batch, ax_queue):
         ax.grid(True, alpha=0.3)
@@ -243,6 +244,7 @@ def planner_series(records: RunRecords, sla: Optional[SlaSpec] = None):
     ax_q2.set_ylim(bottom=0, top=max(ax_q2.get_ylim()[1], 1))  # a count: never below 0
     ax_q.legend(loc="upper left", fontsize="small")
     ax_kv.set_ylabel("KV usage (%)")
+    ax_kv.legend(loc="upper left", fontsize="small")
     ax_itl.set_xlabel("simulated time (s)")
     for ax in (ax_w, ax_q, ax_kv, ax_ttft, ax_itl):
         ax.grid(True, alpha=0.3)
