@@ -213,13 +213,18 @@ def compare_main(argv: Sequence[str]) -> int:
             return _fail([f"{args.plot}: exists; choose another --plot or add --force"])
     results = []
     for run_dir in args.runs:
+        if not os.path.exists(run_dir):
+            return _fail([f"{run_dir}: no such folder"])
         if not os.path.isfile(os.path.join(run_dir, "summary.json")):
             return _fail([f"{run_dir}: not a simkit run folder (no summary.json)"])
         try:
             results.append(load_result(run_dir))
+            compare_table(results[-1:])  # a summary.json of another shape fails here, named
         except (OSError, ValueError, ConfigError) as exc:
             lines = exc.messages if isinstance(exc, ConfigError) else [str(exc)]
             return _fail([f"{run_dir}: cannot read the run: {lines[0]}"])
+        except (KeyError, TypeError, AttributeError) as exc:
+            return _fail([f"{run_dir}: summary.json is not a simkit summary ({type(exc).__name__}: {exc})"])
     print(compare_table(results))
     if args.plot:
         fig = results[0].plot_cdf(*results[1:])
@@ -333,15 +338,23 @@ def _run_cli(args, argv: list, interrupts: _Interrupts) -> int:
         scenario = load_scenario(args.scenario, overrides)
     except ConfigError as exc:
         return _fail(exc.messages)
-    out_dir = args.out or _default_out(scenario.name)
-    inputs = [args.scenario] + ([scenario.workload.path] if hasattr(scenario.workload, "path") else [])
-    problem = _check_out(out_dir, args.force, inputs)
-    if problem:
-        return _fail([problem])
-    if args.stream and getattr(scenario.workload, "max_in_flight", None) is not None:
-        return _fail([f"{args.scenario}: --stream cannot replay a closed loop (workload.max_in_flight): "
-                      "it needs the whole workload; run without --stream"])
-    return _simulate_and_write(args, argv, interrupts, scenario, out_dir)
+    if args.out is not None and not args.out.strip():
+        return _fail(["--out: expected a folder name, got an empty one"])
+    reserved = None if args.out else _default_out(scenario.name)
+    out_dir = args.out or reserved
+    try:
+        inputs = [args.scenario] + ([scenario.workload.path] if hasattr(scenario.workload, "path") else [])
+        problem = _check_out(out_dir, args.force, inputs)
+        if problem:
+            return _fail([problem])
+        if args.stream and getattr(scenario.workload, "max_in_flight", None) is not None:
+            return _fail([f"{args.scenario}: --stream cannot replay a closed loop (workload.max_in_flight): "
+                          "it needs the whole workload; run without --stream"])
+        return _simulate_and_write(args, argv, interrupts, scenario, out_dir)
+    finally:
+        # the default folder is reserved before the run; one that got no results goes again
+        if reserved is not None and os.path.isdir(reserved) and not os.listdir(reserved):
+            os.rmdir(reserved)
 
 
 def _simulate_and_write(args, argv: list, interrupts: _Interrupts, scenario, out_dir: str) -> int:

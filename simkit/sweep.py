@@ -7,7 +7,9 @@
 ``status`` and ``error``, then the headline metrics) and ``pareto.png`` (output tokens/s per
 GPU against p90 TTFT), and prints the table. A point that fails (an invalid value, a trace
 error, a stuck run) is recorded as failed with its error and the rest complete; the exit code
-is then 1. Results do not depend on where or in which order runs execute. GPUs per worker are 1
+is then 1, with a line on stderr. When every point fails (a bad trace, say), nothing is written
+and the exit code is 2. The sweep folder is built beside ``DIR`` and renamed into place when
+the sweep ends, so ``--force`` replaces an earlier folder whole, and only then. Results do not depend on where or in which order runs execute. GPUs per worker are 1
 until tensor parallelism is modelled. Layer L6.
 """
 
@@ -15,7 +17,9 @@ from __future__ import annotations
 
 import itertools
 import os
+import shutil
 import sys
+import tempfile
 from typing import Any, Optional, Sequence
 
 from simkit.config import ConfigError, load_scenario, yaml_load
@@ -141,42 +145,82 @@ def main(argv: Sequence[str]) -> int:
     problem = _check_out(out, args.force, [args.scenario])
     if problem:
         return _fail([problem])
-    created = not os.path.exists(out)
-    os.makedirs(out, exist_ok=True)
+    # the sweep is built in a sibling temp folder and renamed into place at the end, so a
+    # --force sweep never mixes with, or loses, what the folder held unless it completes
+    from simkit.cli import _Interrupts
+
+    parent = os.path.dirname(os.path.abspath(out))
+    os.makedirs(parent, exist_ok=True)
+    work = tempfile.mkdtemp(prefix=".simkit-sweep-", dir=parent)
+    os.chmod(work, 0o777 & ~_umask())  # mkdtemp makes 0700; a results folder is an ordinary folder
     scenario_path = os.path.abspath(args.scenario)
-    jobs = [(scenario_path, common + list(combo.items()), os.path.join(out, f"run{i:03d}"))
+    jobs = [(scenario_path, common + list(combo.items()), os.path.join(work, f"run{i:03d}"))
             for i, combo in enumerate(combos)]
     try:
-        outcomes = _execute(jobs, args.jobs, args.scheduler)
+        with _Interrupts():  # SIGTERM too stops the sweep as Ctrl-C does
+            outcomes = _execute(jobs, args.jobs, args.scheduler)
     except (ImportError, OSError) as exc:
-        if created and not os.listdir(out):  # nothing ran: leave no empty folder behind
-            os.rmdir(out)
+        shutil.rmtree(work, ignore_errors=True)  # nothing ran: leave nothing behind
         if isinstance(exc, ImportError):
             return _fail(["--scheduler needs the 'distributed' package: pip install 'dask[distributed]'"])
         return _fail([f"--scheduler {args.scheduler}: cannot reach the Dask scheduler ({exc})"])
     except KeyboardInterrupt:
-        print(f"simkit: sweep interrupted; finished runs are in {out}", file=sys.stderr)
+        if os.listdir(work) and not (os.path.exists(out) and os.listdir(out)):
+            _replace(work, out)
+            print(f"simkit: sweep interrupted; finished runs are in {out}", file=sys.stderr)
+        elif os.listdir(work):  # --force over results: those stay, the new runs beside them
+            print(f"simkit: sweep interrupted; {out} is as it was, finished runs are in {work}", file=sys.stderr)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+            print("simkit: sweep interrupted before a run finished; nothing written", file=sys.stderr)
         return 130
     import pandas as pd
 
     for outcome in outcomes:  # errors name the scenario as the user gave it, not its absolute path
         if outcome["error"]:
             outcome["error"] = outcome["error"].replace(scenario_path, args.scenario)
+    failures = [o["error"] for o in outcomes if o["status"] != "ok"]
+    if len(failures) == len(outcomes):  # a bad trace, say: one error, nothing written
+        shutil.rmtree(work, ignore_errors=True)
+        return _fail([f"every point of the sweep failed; the first: {failures[0]}"])
     table = sweep_table(combos, outcomes)
-    table.to_csv(os.path.join(out, "sweep.csv"), index=False)
-    table.to_parquet(os.path.join(out, "sweep.parquet"), index=False)
+    table.to_csv(os.path.join(work, "sweep.csv"), index=False)
+    table.to_parquet(os.path.join(work, "sweep.parquet"), index=False)
     from simkit.plots import pareto
 
-    pareto(table, [k for k, _ in grid]).savefig(os.path.join(out, "pareto.png"), dpi=110,
+    pareto(table, [k for k, _ in grid]).savefig(os.path.join(work, "pareto.png"), dpi=110,
                                                 metadata={"Software": None})
+    _replace(work, out)
     with pd.option_context("display.width", 200, "display.max_columns", 30, "display.max_colwidth", 60):
         shown = table.copy()
         for column in ("completed", "rejected"):  # nullable ints print <NA>; show "-" like the rest
             shown[column] = shown[column].astype(object).where(shown[column].notna(), "-")
         print(shown.to_string(index=False, na_rep="-", float_format=lambda x: f"{x:.2f}"))
-    failed = int((table["status"] != "ok").sum())
-    print(f"wrote {out} ({len(table)} runs, {failed} failed; sweep.csv, pareto.png)")
-    return 1 if failed else 0
+    print(f"wrote {out} ({len(table)} runs, {len(failures)} failed; sweep.csv, pareto.png)")
+    if failures:
+        print(f"simkit: {len(failures)} of {len(table)} points failed (the error column of sweep.csv); "
+              f"the first: {failures[0]}", file=sys.stderr)
+    return 1 if failures else 0
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _replace(work: str, out: str) -> None:
+    """Move the finished sweep folder ``work`` to ``out``, replacing what was there."""
+    if os.path.exists(out):
+        old = out + ".old-" + os.path.basename(work)
+        os.rename(out, old)
+        os.rename(work, out)
+        if os.path.isdir(old):
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.remove(old)
+    else:
+        os.rename(work, out)
 
 
 def sweep_table(combos: list[dict], outcomes: list[dict]):

@@ -64,6 +64,26 @@ def test_compare_refuses_a_plot_format_it_cannot_write(tmp_path, capsys):
     assert one_error(capsys).endswith("--plot writes .png, .pdf or .svg, not .txt")
 
 
+def test_a_sweep_whose_every_point_fails_writes_nothing_and_force_replaces_a_sweep_whole(tmp_path, capsys):
+    out = tmp_path / "sweep"
+    base = [DISAGG, "--set", "workload.num_requests=20", "--out", str(out), "--jobs", "1"]
+    assert sweep_main(base + ["--grid", "pools.decode.workers=1,2,3"]) == 0
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith("run")) == ["run000", "run001", "run002"]
+    capsys.readouterr()
+    # a trace that fails every point (found at run time, not by validation): one line, exit 2,
+    # and the earlier sweep untouched even with --force
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"timestamp": 0, "input_length": 10, "output_length": 2}\nnot json\n')
+    assert sweep_main(base + ["--grid", "pools.decode.workers=1,2", "--set", f"workload={{kind: trace, path: {bad}}}",
+                              "--force"]) == 2
+    assert one_error(capsys).startswith(f"every point of the sweep failed; the first: {bad}:2: ")
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith("run")) == ["run000", "run001", "run002"]
+    # a --force sweep of fewer points replaces the folder whole: no stale run002 beside it
+    assert sweep_main(base + ["--grid", "pools.decode.workers=1,2", "--force"]) == 0
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith("run")) == ["run000", "run001"]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".simkit-")]  # no temp folder left
+
+
 def test_a_sweep_with_no_valid_point_runs_nothing(tmp_path, capsys):
     out = tmp_path / "sweep"
     assert sweep_main([DISAGG, "--grid", "pools.bogus.workers=1,2", "--out", str(out)]) == 2
@@ -79,3 +99,49 @@ def test_a_roofline_pool_defaults_max_model_len_to_the_models_limit():
     assert s.pools.prefill.max_model_len == s.pools.decode.max_model_len == 40960
     explicit = load_scenario(ROOFLINE, [("pools.decode.max_model_len", 8192)])
     assert explicit.pools.decode.max_model_len == 8192 and explicit.pools.prefill.max_model_len == 131072
+
+
+def test_an_error_after_validation_leaves_no_default_run_folder(tmp_path, monkeypatch, capsys):
+    # without --out a runs/NAME-... folder is reserved before the trace is read; a trace that
+    # fails there (exit 2) takes it away again, and an empty --out is refused
+    monkeypatch.chdir(tmp_path)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"timestamp": 0, "input_length": 10, "output_length": 2}\nnot json\n')
+    assert main([DISAGG, "--trace", str(bad), "--no-plots"]) == 2
+    assert one_error(capsys).startswith(f"{bad}:2: not valid JSON")
+    assert not list((tmp_path / "runs").iterdir())
+    assert main([DISAGG, "--out", ""]) == 2
+    assert one_error(capsys) == "--out: expected a folder name, got an empty one"
+
+
+@pytest.mark.parametrize("field, value, shown", [
+    ("num_attention_heads", 0, "0"), ("num_hidden_layers", -4, "-4"), ("num_key_value_heads", 0, "0"),
+    ("head_dim", "x", "'x'"), ("hidden_size", 1e308, "1e+308"),
+])
+def test_a_config_json_with_a_bad_size_is_one_error(tmp_path, capsys, field, value, shown):
+    # found by a hostile walk: zero heads or layers divided by zero (a traceback), a float
+    # hidden_size was reported missing
+    import json
+
+    cfg = {"hidden_size": 4096, "num_attention_heads": 32, "num_hidden_layers": 32, "vocab_size": 128256,
+           field: value}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    assert main(["step", "--model", str(path), "--gpu", "H100", "--prefill-tokens", "10"]) == 2
+    assert one_error(capsys) == f"simkit step: config.json: config.json field {field} must be an integer >= 1, got {shown}"
+
+
+@pytest.mark.parametrize("text, message", [
+    ('{"foo": 1}', "summary.json is not a simkit summary (KeyError: 'requests')"),
+    ("[1, 2]", "summary.json is not a simkit summary (TypeError: list indices must be integers or slices, not str)"),
+])
+def test_compare_names_a_summary_of_another_shape(tmp_path, capsys, text, message):
+    # found by a hostile walk: valid JSON of another shape gave a traceback
+    run = tmp_path / "run"
+    assert main([DISAGG, "--set", "workload.num_requests=20", "--out", str(run), "--quiet", "--no-plots"]) == 0
+    capsys.readouterr()
+    (run / "summary.json").write_text(text)
+    assert main(["compare", str(run)]) == 2
+    assert one_error(capsys) == f"{run}: {message}"
+    assert main(["compare", str(tmp_path / "nothing")]) == 2
+    assert one_error(capsys) == f"{tmp_path / 'nothing'}: no such folder"
