@@ -30,8 +30,8 @@ from simkit.trace import TraceError
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2
-        self.exit(2, f"simkit: {message} (see python -m simkit --help)\n")
+    def error(self, message: str) -> None:  # one line, exit 2, pointing at this command's help
+        self.exit(2, f"simkit: {message} (see {self.prog} --help)\n")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -287,8 +287,12 @@ def step_main(argv: Sequence[str]) -> int:
     except ValueError:
         return _fail([f"simkit step: --decode-contexts {args.decode_contexts!r}: expected comma-separated "
                       "integers, e.g. 1000,2500"])
-    if args.prefill_tokens < 0 or any(c < 1 for c in contexts) or args.tp < 1:
-        return _fail(["simkit step: --prefill-tokens must be >= 0, --decode-contexts >= 1 each and --tp >= 1"])
+    if args.prefill_tokens < 0:
+        return _fail([f"simkit step: --prefill-tokens must be >= 0, got {args.prefill_tokens}"])
+    if any(c < 1 for c in contexts):
+        return _fail([f"simkit step: --decode-contexts must each be >= 1, got {min(contexts)}"])
+    if args.tp < 1:
+        return _fail([f"simkit step: --tp must be >= 1, got {args.tp}"])
     if not args.prefill_tokens and not contexts:
         return _fail(["simkit step: empty pass: give --prefill-tokens and/or --decode-contexts"])
     try:
@@ -334,6 +338,8 @@ def _run_cli(args, argv: list, interrupts: _Interrupts) -> int:
             overrides.append(("workload", {"kind": "trace", "path": os.path.abspath(args.trace)}))
         overrides += parse_overrides(args.overrides)
         if args.seed is not None:
+            if any(key == "seed" for key, _ in overrides):
+                return _fail(["--seed and --set seed=... both set the seed; give one"])
             overrides.append(("seed", args.seed))
         scenario = load_scenario(args.scenario, overrides)
     except ConfigError as exc:

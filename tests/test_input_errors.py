@@ -21,11 +21,23 @@ def one_error(capsys) -> str:
     return lines[0]
 
 
+def test_argument_errors_point_at_the_subcommands_help(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["step", "--model", "Llama-3.1-8B"])
+    assert info.value.code == 2
+    assert one_error(capsys) == "simkit: the following arguments are required: --gpu (see python -m simkit step --help)"
+
+
 @pytest.mark.parametrize("args, message", [
     ([DISAGG, "--set", "planner.kind=bogus"],
      "unknown kind 'bogus' (expected one of: python, sla, static, threshold) @ $.planner"),
+    ([DISAGG, "--seed", "1", "--set", "seed=2"], "--seed and --set seed=... both set the seed; give one"),
     ([ROOFLINE, "--set", "latency.tp=3"],
      "tensor_parallel_size 3 does not divide Llama-3.1-70B's 64 attention heads @ $.latency.tensor_parallel_size"),
+    (["step", "--model", "Llama-3.1-8B", "--gpu", "H100", "--tp", "0", "--prefill-tokens", "8"],
+     "simkit step: --tp must be >= 1, got 0"),
+    (["step", "--model", "Llama-3.1-8B", "--gpu", "H100", "--decode-contexts", "1000,-5"],
+     "simkit step: --decode-contexts must each be >= 1, got -5"),
     (["step", "--model", "Llama-3.1-8B", "--gpu", "H100", "--decode-contexts", "1000,,3000"],
      "simkit step: --decode-contexts '1000,,3000': expected comma-separated integers, e.g. 1000,2500"),
     (["step", "--model", "Llama-3.1-8B", "--gpu", "H100", "--tp", "3", "--prefill-tokens", "10"],
