@@ -259,16 +259,17 @@ def render_text(summary: dict[str, Any], title: str = "") -> str:
         lines.append(f"run stopped early ({summary['stop']['reason']}): results are partial")
     lines.append(f"requests: {c['completed']} completed, {c['rejected']} rejected, "
                  f"{c['incomplete']} incomplete (of {c['total']})")
-    lines.append(f"{'':10}{'mean':>11}{'p50':>11}{'p90':>11}{'p99':>11}")
+    lines.append(f"{'':15}{'mean':>11}{'p50':>11}{'p90':>11}{'p99':>11}")
+    # labels name summary.json's keys (transfer_ms: "transfer ms")
     rows = [("ttft_ms", "TTFT ms"), ("itl_ms", "ITL ms"), ("e2e_ms", "E2E ms"), ("queue_ms", "queue ms")]
     if summary.get("transfer_ms") is not None:
-        rows += [("transfer_ms", "link ms"), ("decode_queue_ms", "dec. queue")]
+        rows += [("transfer_ms", "transfer ms"), ("decode_queue_ms", "decode queue ms")]
     for key, label in rows:
         st = summary[key]
         if st is None:
-            lines.append(f"{label:10}{'-':>11}{'-':>11}{'-':>11}{'-':>11}")
+            lines.append(f"{label:15}{'-':>11}{'-':>11}{'-':>11}{'-':>11}")
         else:
-            lines.append(f"{label:10}" + "".join(f"{st[k]:11.2f}" for k in ("mean", "p50", "p90", "p99")))
+            lines.append(f"{label:15}" + "".join(f"{st[k]:11.2f}" for k in ("mean", "p50", "p90", "p99")))
     tp = summary["throughput"]
     if tp["requests_per_s"] is not None:
         lines.append(f"throughput: {tp['requests_per_s']:.3f} req/s, "

@@ -193,7 +193,7 @@ def main(argv: Sequence[str]) -> int:
     _replace(work, out)
     with pd.option_context("display.width", 200, "display.max_columns", 30, "display.max_colwidth", 60):
         shown = table.copy()
-        for column in ("completed", "rejected"):  # nullable ints print <NA>; show "-" like the rest
+        for column in ("completed", "rejected", "error"):  # <NA> and None print as "-" like the rest
             shown[column] = shown[column].astype(object).where(shown[column].notna(), "-")
         print(shown.to_string(index=False, na_rep="-", float_format=lambda x: f"{x:.2f}"))
     print(f"wrote {out} ({len(table)} runs, {len(failures)} failed; sweep.csv, pareto.png)")
