@@ -53,7 +53,8 @@ def aic_rules(row) -> dict:
         return {"max_num_batched_tokens": batch + isl + 1500}
     if row["backend"] == "trtllm":
         return {"max_num_batched_tokens": batch + isl + 1500, "enable_chunked_prefill": False}
-    return {"sglang": {"max_prefill_tokens": isl + 1500, "chunked_prefill_size": 8192, "enable_mixed_chunk": True}}
+    return {"sglang": {"max_prefill_tokens": isl + 1500, "chunked_prefill_size": 8192,
+                       "enable_mixed_chunk": True}}
 
 
 #: name -> (server settings of a row or None, prompts per user, waves left out, turnaround ms)
@@ -75,8 +76,9 @@ def simulate_variant(row, variant: str) -> tuple[float, float]:
     engine_of, prompts, waves, turnaround_ms = VARIANTS[variant]
     conc, harness = concurrency(row), harness_for(row)
     if engine_of is not None:
-        harness = Harness(harness.name, harness.range_ratio, harness.prompts_per_user, harness.score_first_wave,
-                          {**harness.engine, **engine_of(row)}, harness.kv_cache_dtype)
+        harness = Harness(harness.name, harness.range_ratio, harness.prompts_per_user,
+                          harness.score_first_wave, {**harness.engine, **engine_of(row)},
+                          harness.kv_cache_dtype)
     scenario = scenario_from_dict(scenario_for(row, conc, harness=harness), source=row["id"])
     rng = np.random.default_rng(int.from_bytes(hashlib.sha256(row["id"].encode()).digest()[:8], "little"))
     isl, osl = int(row["isl"]), int(row["osl"])
@@ -85,9 +87,11 @@ def simulate_variant(row, variant: str) -> tuple[float, float]:
         for k in range(prompts):
             rid = len(requests)
             delay = rng.exponential(turnaround_ms) / 1e3 if turnaround_ms and k else 0.0
-            requests.append(Request(rid, 0.0, isl, osl, session=user, deps=(rid - 1,) if k else (), delay_s=delay))
+            requests.append(Request(rid, 0.0, isl, osl, session=user, deps=(rid - 1,) if k else (),
+                                    delay_s=delay))
     records = simulate(scenario, requests, record_token_times=False)
-    done = sorted((r for r in records.requests if r.status == "completed"), key=lambda r: (r.arrived_at, r.rid))
+    done = sorted((r for r in records.requests if r.status == "completed"),
+                  key=lambda r: (r.arrived_at, r.rid))
     done = done[waves * conc:]
     ttft = np.mean([r.ttft_s for r in done]) * 1e3
     tpot = np.mean([(r.last_token_at - r.first_token_at) / (r.output_length - 1) for r in done]) * 1e3
@@ -117,18 +121,20 @@ def main() -> None:
                 ttft, tpot = simulate_variant(row, variant)
             except ConfigError:
                 continue
-            out.append({"variant": variant, "system": row["system"], "model": SILICON_MODELS[row["model_path"]],
+            out.append({"variant": variant, "system": row["system"],
+                        "model": SILICON_MODELS[row["model_path"]],
                         "backend": row["backend"], "ttft_ape": abs(ttft / row["silicon_ttft_ms"] - 1) * 100,
                         "tpot_ape": abs(tpot / row["silicon_tpot_ms"] - 1) * 100})
     df = pd.DataFrame(out)
-    table = df.pivot_table(index=["system", "model", "backend"], columns="variant", values=["ttft_ape", "tpot_ape"],
-                           aggfunc="mean").round(1)
+    table = df.pivot_table(index=["system", "model", "backend"], columns="variant",
+                           values=["ttft_ape", "tpot_ape"], aggfunc="mean").round(1)
     print(f"{'scored' if args.scored else 'calibration'} rows, MAPE % (TTFT then TPOT) per variant")
     with pd.option_context("display.width", 200, "display.max_columns", 20):
         print(table.to_string())
     for variant in variants:
         d = df[df.variant == variant]
-        print(f"ALL {variant}: {len(d)} rows, TTFT MAPE {d.ttft_ape.mean():.1f}%, TPOT MAPE {d.tpot_ape.mean():.1f}%")
+        print(f"ALL {variant}: {len(d)} rows, TTFT MAPE {d.ttft_ape.mean():.1f}%, "
+              f"TPOT MAPE {d.tpot_ape.mean():.1f}%")
 
 
 if __name__ == "__main__":

@@ -1413,7 +1413,8 @@ def _blame_override(message: str, path: str, overrides: list[tuple[str, Any]]) -
             if "unknown field(s)" in message:
                 if below in text.partition("unknown field(s) ")[2].split(", "):
                     return f"--set {key}" + message[len(path):]
-            elif f"'{below}'" in text or f"'{below}." in text or " expected " in f" {text.split(': ', 1)[-1]}":
+            elif (f"'{below}'" in text or f"'{below}." in text
+                  or " expected " in f" {text.split(': ', 1)[-1]}"):
                 # a rule of the mapping that names the field the override set ("'trtllm'
                 # settings apply only to ...", "'sglang.enable_mixed_chunk' needs ..."), or a
                 # scalar the override turned into a mapping

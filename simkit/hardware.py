@@ -171,16 +171,18 @@ def arch_from_config(cfg: dict, name: str) -> ModelArch:
     if missing:
         raise HardwareError(f"{name}: config.json lacks {', '.join(missing)}")
     sizes = required + ("num_key_value_heads", "head_dim", "intermediate_size")
-    counts = ("num_experts", "n_routed_experts", "num_local_experts", "num_experts_per_tok", "experts_per_token",
-              "moe_intermediate_size", "n_shared_experts", "first_k_dense_replace", "max_position_embeddings",
-              "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "sliding_window")
+    counts = ("num_experts", "n_routed_experts", "num_local_experts", "num_experts_per_tok",
+              "experts_per_token", "moe_intermediate_size", "n_shared_experts", "first_k_dense_replace",
+              "max_position_embeddings", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim",
+              "qk_nope_head_dim", "v_head_dim", "sliding_window")
     for key in sizes + counts:
         value = cfg.get(key)
         if value is None:
             continue
         least = 1 if key in sizes else 0
         if not isinstance(value, int) or isinstance(value, bool) or value < least:
-            raise HardwareError(f"{name}: config.json field {key} must be an integer >= {least}, got {value!r}")
+            raise HardwareError(f"{name}: config.json field {key} must be an integer >= {least}, "
+                                f"got {value!r}")
     h, nh = cfg["hidden_size"], cfg["num_attention_heads"]
     layers = cfg["num_hidden_layers"]
     experts = _get(cfg, "num_experts", "n_routed_experts", "num_local_experts", default=0) or 0

@@ -744,7 +744,8 @@ class SglangScheduler(VllmScheduler):
         ratio = self.new_token_ratio
         # mixed chunk: each running request with its first token decodes in this pass too,
         # one token of every budget each (SGLang's mixed_with_decode_tokens)
-        mixed = sum(1 for s in running if s.computed >= s.prefill_target) if self.mixed else 0
+        decoding = [s for s in running if s.computed >= s.prefill_target] if self.mixed else ()
+        mixed = len(decoding)
         rem_chunk -= mixed
         rem_input -= mixed
 
@@ -816,19 +817,18 @@ class SglangScheduler(VllmScheduler):
             rem_total -= paged + reserve
             rem_input -= paged
             rem_chunk -= paged
-        if mixed and batch.entries:
-            self._mix_decodes(batch)
+        if decoding and batch.entries:
+            self._mix_decodes(batch, decoding)
         return False
 
-    def _mix_decodes(self, batch: Batch) -> None:
-        """Mixed chunk: the running requests that have their first token (a prompt in this
-        pass has not reached its ``prefill_target``) decode in the extend pass ``batch``, after its prompts, as
-        SGLang's ``mix_with_running`` appends the running batch; left to the next pass if
-        their next tokens need more pages than are free."""
+    def _mix_decodes(self, batch: Batch, decoding: list[Seq]) -> None:
+        """Mixed chunk: ``decoding``, the running requests that had their first token when
+        the extend pass ``batch`` was formed, decode in it after its prompts, as SGLang's
+        ``mix_with_running`` appends the running batch; left to the next pass if their next
+        tokens need more pages than are free."""
         bs = self.block_size
         kv = self.kv
         slot = self.decode_slot
-        decoding = [s for s in self.running if s.computed >= s.prefill_target]
         need = [max(0, -(-(s.computed + 1 + slot) // bs) - len(s.held) - s.anon) for s in decoding]
         if sum(need) > kv.free_blocks:
             return

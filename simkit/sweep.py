@@ -1,7 +1,7 @@
 """Parameter sweeps: every combination of ``--grid`` values, run in parallel.
 
-``python -m simkit sweep SCENARIO.yaml --grid KEY=V1,V2,... [--grid ...] [--set ...]
-[--out DIR] [--jobs N | --scheduler ADDRESS]`` runs every combination on local worker processes
+``python -m simkit sweep SCENARIO.yaml --grid KEY=V1,V2,... [--grid ...] [--set ...] [--out
+DIR] [--jobs N | --scheduler ADDRESS]`` runs every combination on local worker processes
 (default: one per core) or on a Dask cluster, writes each run's usual folder under
 ``DIR/runNNN``, a ``sweep.csv`` / ``sweep.parquet`` table (one row per run: the swept values,
 ``status`` and ``error``, then the headline metrics) and ``pareto.png`` (output tokens/s per
@@ -9,8 +9,9 @@ GPU against p90 TTFT), and prints the table. A point that fails (an invalid valu
 error, a stuck run) is recorded as failed with its error and the rest complete; the exit code
 is then 1, with a line on stderr. When every point fails (a bad trace, say), nothing is written
 and the exit code is 2. The sweep folder is built beside ``DIR`` and renamed into place when
-the sweep ends, so ``--force`` replaces an earlier folder whole, and only then. Results do not depend on where or in which order runs execute. GPUs per worker are 1
-until tensor parallelism is modelled. Layer L6.
+the sweep ends, so ``--force`` replaces an earlier folder whole, and only then. Results do not
+depend on where or in which order runs execute. GPUs per point: each pool's workers x TP x DP
+(with a planner, the time-weighted mean provisioned). Layer L6.
 """
 
 from __future__ import annotations
@@ -169,7 +170,8 @@ def main(argv: Sequence[str]) -> int:
             _replace(work, out)
             print(f"simkit: sweep interrupted; finished runs are in {out}", file=sys.stderr)
         elif os.listdir(work):  # --force over results: those stay, the new runs beside them
-            print(f"simkit: sweep interrupted; {out} is as it was, finished runs are in {work}", file=sys.stderr)
+            print(f"simkit: sweep interrupted; {out} is as it was, finished runs are in {work}",
+                  file=sys.stderr)
         else:
             shutil.rmtree(work, ignore_errors=True)
             print("simkit: sweep interrupted before a run finished; nothing written", file=sys.stderr)
