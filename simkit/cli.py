@@ -434,7 +434,7 @@ def _run_and_write(args, argv: list, interrupts: _Interrupts, scenario, out_dir:
         print(render_text(summary, title=f"{scenario.name} ({scenario.mode}), "
                                          f"simulated in {run_s:.2f} s"))
         print(f"wrote {out_dir}")
-    if records.stop_reason in ("stuck", "check_failed", "interrupted"):
+    if records.stop_reason in ("stuck", "check_failed", "policy_error", "interrupted"):
         print(_printable(f"simkit: run stopped ({records.stop_reason}): {records.stop_detail}; "
                          f"partial results in {out_dir}", 2000), file=sys.stderr)
         return 130 if records.stop_reason == "interrupted" else 1

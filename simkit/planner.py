@@ -58,6 +58,10 @@ PLANNER_RANK = 1 << 62
 #: planner ticks in a row with nothing else scheduled and requests left before the run is
 #: declared stuck (a policy that keeps a needed pool at zero workers)
 IDLE_TICKS = 100
+#: the shortest next tick a policy may ask for (s): interval_s's own minimum
+MIN_TICK_S = 1e-3
+#: the most workers a pool takes (PoolSpec's limit on workers and max_workers)
+MAX_POOL_WORKERS = 10_000
 
 
 @frozen
@@ -432,7 +436,7 @@ class Planner:
             snap = self.observe()
             try:
                 decision = self.policy.plan(snap)
-            except Exception as exc:  # the user's code: stop the run with its error
+            except (Exception, SystemExit) as exc:  # the user's code: stop the run with its error
                 raise PlannerPolicyError(f"planner policy {type(self.policy).__name__}.plan raised "
                                          f"{type(exc).__name__}: {exc} (t={env.now:.6f} s)") from exc
             if isinstance(decision, Mapping):
@@ -443,9 +447,11 @@ class Planner:
             self.apply(self.clamp(snap, self.hold_scale_down(snap, decision.targets)))
             self.record(snap)
             delay = self.spec.interval_s if decision.next_tick_s is None else decision.next_tick_s
-            if not (isinstance(delay, (int, float)) and delay > 0 and math.isfinite(delay)):
+            # at least interval_s's own minimum: a tick too close to now never lets time pass
+            if not (isinstance(delay, (int, float)) and not isinstance(delay, bool) and math.isfinite(delay)
+                    and delay >= MIN_TICK_S):
                 raise PlannerPolicyError(f"planner policy {type(self.policy).__name__} asked for its next tick "
-                                         f"in {delay!r} s; expected a positive number")
+                                         f"in {delay!r} s; expected a number of seconds >= {MIN_TICK_S:g}")
             self.next_at = env.now + delay
             self._check_progress()
 
@@ -530,8 +536,8 @@ class Planner:
             if isinstance(n, bool) or not isinstance(n, int):
                 raise PlannerPolicyError(f"planner target for pool {name!r} must be an integer, got {n!r}")
             lo, hi = pool.min_workers, pool.max_workers
-            n = max(n, lo)
-            out[name] = n if hi is None else min(n, hi)
+            # a pool never takes more than its max_workers, nor than workers' own limit
+            out[name] = min(max(n, lo), MAX_POOL_WORKERS if hi is None else hi)
         unknown = sorted(set(targets) - set(snap.pools))
         if unknown:
             raise PlannerPolicyError(f"planner targets name unknown pool(s) {', '.join(map(str, unknown))}; "
@@ -539,6 +545,9 @@ class Planner:
         budget = snap.gpu_budget
         if budget is not None:
             names = list(snap.pools)
+            for n in names:  # no pool alone above the budget (so the loop below stays short)
+                pool = snap.pools[n]
+                out[n] = max(min(out[n], int(budget // pool.gpus_per_worker)), pool.min_workers)
             while sum(out[n] * snap.pools[n].gpus_per_worker for n in names) > budget:
                 growth = [(out[n] - snap.pools[n].target, i) for i, n in enumerate(names)
                           if out[n] > snap.pools[n].min_workers]

@@ -148,7 +148,7 @@ class CheckedPolicy:
     def pick(self, request, workers: Sequence[Routable]):
         try:
             worker = self.policy.pick(request, workers)
-        except Exception as exc:  # the user's code: stop the run with its error, not a traceback
+        except (Exception, SystemExit) as exc:  # the user's code: stop the run with its error
             raise PolicyError(f"router policy {type(self.policy).__name__}.pick raised "
                               f"{type(exc).__name__}: {exc} (request {request.rid})") from exc
         if not any(worker is w for w in workers):

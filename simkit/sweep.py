@@ -86,7 +86,7 @@ def _run_one(scenario_path: str, overrides: list, out_dir: str) -> dict:
         return {"status": "failed", "error": str(exc), "summary": None, "gpus": None}
     summary = summarize(records, scenario.sla)
     write_run(out_dir, scenario, records, summary, {"sweep": True}, figures={}, force=True)
-    failed = records.stop_reason in ("stuck", "check_failed")
+    failed = records.stop_reason in ("stuck", "check_failed", "policy_error")
     # GPUs: TP x DP per worker; with a planner, the time-weighted mean of the GPUs provisioned
     if scenario.planner is None or records.end_at <= 0:
         gpus = sum(spec.workers * spec.gpus_per_worker for _, spec in scenario.pools.named())

@@ -291,6 +291,8 @@ class Worker:
     def _accept(self, msg) -> None:
         if type(msg) is Released:
             self.sched.release(msg.rid)
+            if self.on_pass_end is not None:  # its KV freed: a request held for KV room may go
+                self.on_pass_end()
             return
         if type(msg) is Drain:
             self.draining = True

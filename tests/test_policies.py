@@ -176,3 +176,49 @@ def test_api_run_takes_policy_classes_and_instances(tmp_path):
     assert (tmp_path / "out" / "planner.png").exists() and (tmp_path / "out" / "workers.csv").exists()
     with pytest.raises(simkit.ConfigError):
         run({"pools": {"aggregated": {}}}, planner=object())
+
+
+@pytest.mark.parametrize("policy, detail", [
+    # found by a hostile walk: a tick of 1e-300 s never let time pass (the run hung)
+    (lambda snap: Decision({}, next_tick_s=1e-300), "asked for its next tick in 1e-300 s; expected a number of "
+                                                     "seconds >= 0.001"),
+    (lambda snap: Decision({}, next_tick_s=True), "asked for its next tick in True s"),
+    # SystemExit from the user's code is the policy's error too, not the process's exit
+    (lambda snap: (_ for _ in ()).throw(SystemExit(3)), "plan raised SystemExit: 3"),
+])
+def test_a_planner_policy_asking_the_impossible_stops_the_run(policy, detail):
+    class P:
+        def plan(self, snap):
+            return policy(snap)
+
+    s = override(scenario(), {"planner": {"kind": "static", "interval_s": 1.0}})
+    records = build(s, [req(0, 1500, 100, 2)], planner_policy=policy_factory(P(), "planner")).run()
+    assert records.stop_reason == "policy_error" and detail in records.stop_detail
+
+
+def test_a_huge_planner_target_is_capped_at_once():
+    # found by a hostile walk: 10**9 workers with a GPU budget gave one up per loop turn (the run
+    # hung); without max_workers nothing capped it. Now: max_workers, PoolSpec's 10,000, or the
+    # budget (4 GPUs: 4 workers of 1 GPU) cap it in one step
+    class Huge:
+        def plan(self, snap):
+            return {name: 10**9 for name in snap.pools}
+
+    for extra, most in (({"planner.gpu_budget": 4}, 4), ({"pools.aggregated.max_workers": 6}, 6)):
+        s = override(scenario(), {"planner": {"kind": "static", "interval_s": 0.5}, **extra})
+        records = build(s, [req(i, 300 * i, 100, 2) for i in range(4)],
+                        planner_policy=policy_factory(Huge(), "planner")).run()
+        assert records.stop_reason == "completed"
+        assert max(c.starting + c.active for c in records.worker_counts) == most
+
+
+def test_a_failed_policy_run_exits_1_with_its_diagnostic(plugin_dir, tmp_path, capsys):
+    # the README's promise; a policy_error run exited 0 with nothing on stderr
+    s = tmp_path / "s.yaml"
+    s.write_text(f"pools: {{aggregated: {{workers: 1}}}}\n"
+                 f"router: {{kind: python, path: 'userpol.mod:Stranger', search_path: '{plugin_dir}'}}\n"
+                 f"workload: {{kind: synthetic, num_requests: 3}}\n")
+    assert main([str(s), "--out", str(tmp_path / "out"), "--quiet", "--no-plots"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("simkit: run stopped (policy_error): router policy Stranger.pick "
+                                               "returned 'not a worker'")

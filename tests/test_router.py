@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from simkit.config import KvAwareRouter, LeastLoadedRouter, SessionAffinityRouter, override
+from simkit.config import KvAwareRouter, LeastLoadedRouter, SessionAffinityRouter, override, scenario_from_dict
 from simkit.router import KvAware, LeastLoaded, SessionAffinity
 from simkit.sim import simulate
 
@@ -204,3 +204,18 @@ def test_decode_placement_prefers_the_cached_worker_and_moves_only_missing_kv(mo
     per_token = 131072 / 1e9
     assert a.transfer_s == pytest.approx(1030 * per_token, rel=1e-12)  # nothing cached yet
     assert b.transfer_s == pytest.approx((1030 if mode == "full_prompt" else 6) * per_token, rel=1e-12)
+
+
+def test_a_request_held_for_kv_room_goes_when_a_prefill_worker_frees_kv_after_the_handoff():
+    # found by a hostile walk: disaggregated, a prefill worker's KV is freed when the decode
+    # side takes it in, after the pass that computed it; the router queue was woken only at
+    # pass ends, so requests held for KV room stayed held once the prefill worker idled
+    # (40 requests: 18 completed, 22 stranded, the run "stuck")
+    data = {"workload": {"kind": "synthetic", "num_requests": 40, "arrival": {"kind": "poisson", "rate_per_s": 20},
+                         "input_tokens": {"kind": "lognormal", "mean": 2000, "sigma": 0.6, "min": 32, "max": 8000},
+                         "output_tokens": {"kind": "uniform", "low": 20, "high": 200}},
+            "pools": {"prefill": {"workers": 1, "num_gpu_blocks": 2000}, "decode": {"workers": 1}},
+            "link": {"bandwidth_gb_per_s": 0.5, "channels": 1}, "router_queue": {"max_kv_usage": 0.2}}
+    records = simulate(scenario_from_dict(data), record_token_times=False)
+    assert records.stop_reason == "completed"
+    assert [r.status for r in records.requests] == ["completed"] * 40
