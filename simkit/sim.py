@@ -225,6 +225,9 @@ class Simulation:
         busy = [f"{w.name}: {w.sched.describe()}" for ws in self.pools.values() for w in ws
                 if w.sched.has_work() or w.sched.held]
         left = self.collector.arrived_count - self.collector.ended_count
+        held = len(self.router.held) + len(self.router.held_handoffs)
+        if held:  # waiting in the router queue (busy thresholds) or for a decode worker
+            busy.append(f"{held} held by the router")
         return (f"no event left at t={self.env.now:.6f} s with {left} released request(s) not ended; "
                 + ("; ".join(busy) if busy else "no worker holds them"))
 
