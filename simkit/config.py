@@ -73,10 +73,14 @@ def _finite(_inst: Any, attribute: attrs.Attribute, value: Any) -> None:
         raise FieldValueError(attribute.name, f"'{attribute.name}' must be at most {MAX_FLOAT:g}: {value!r}")
 
 
-def _at_least(limit: float):
+def _at_least(limit: float, zero_ok: bool = True):
+    """Values in (0, limit) are refused; 0 itself is left to the field's other validators
+    (``zero_ok``: whether the message offers it)."""
+    what = "0 or at least" if zero_ok else "at least"
+
     def check(_inst: Any, attribute: attrs.Attribute, value: Any) -> None:
         if value is not None and 0 < value < limit:
-            raise FieldValueError(attribute.name, f"'{attribute.name}' must be 0 or at least {limit:g}: {value!r}")
+            raise FieldValueError(attribute.name, f"'{attribute.name}' must be {what} {limit:g}: {value!r}")
 
     return check
 
@@ -102,7 +106,7 @@ def _at_most(limit: int):
 _pos = [_finite, _positive]
 _nonneg = [_finite, _non_negative]
 #: rates (per second): below one event in 30 years the arrival times overflow
-_rate = [_finite, _positive, _at_least(1e-9)]
+_rate = [_finite, _positive, _at_least(1e-9, zero_ok=False)]
 #: sizes: positive and bounded (a typo like 10**20 workers must fail, not hang)
 _count = [_positive, _at_most(1_000_000)]
 _tokens = [_positive, _at_most(1 << 31)]
@@ -215,7 +219,7 @@ class GammaArrival:
 
     kind: Literal["gamma"] = "gamma"
     rate_per_s: float = field(default=1.0, validator=_rate)
-    cv: float = field(default=2.0, validator=_pos + [_at_least(0.01), _at_most(100)])
+    cv: float = field(default=2.0, validator=_pos + [_at_least(0.01, zero_ok=False), _at_most(100)])
 
 
 @frozen
@@ -834,7 +838,7 @@ class SlaSpec:
 
 
 def _interval():
-    return field(default=10.0, validator=_pos + [_at_least(1e-3)])
+    return field(default=10.0, validator=_pos + [_at_least(1e-3, zero_ok=False)])
 
 
 def _gpu_budget():
@@ -1084,6 +1088,12 @@ def _strict(kind: type, label: str):
     return structure
 
 
+def _free_mapping(value: Any, _type: Any) -> dict:
+    if not isinstance(value, dict):
+        raise TypeError(f"expected a mapping, got {_describe(value)}")
+    return dict(value)
+
+
 def _literal_hook(value: Any, type_: Any) -> Any:
     allowed = type_.__args__
     if value not in allowed or isinstance(value, bool):
@@ -1119,6 +1129,7 @@ def _make_converter() -> cattrs.Converter:
     conv.register_structure_hook(float, _strict(float, "a number"))
     conv.register_structure_hook(bool, _strict(bool, "true or false"))
     conv.register_structure_hook(str, _strict(str, "a string"))
+    conv.register_structure_hook(dict, _free_mapping)  # a policy's free-form params
     conv.register_structure_hook_func(
         lambda t: getattr(t, "__origin__", None) is Literal, _literal_hook
     )
@@ -1413,11 +1424,11 @@ def _blame_override(message: str, path: str, overrides: list[tuple[str, Any]]) -
             if "unknown field(s)" in message:
                 if below in text.partition("unknown field(s) ")[2].split(", "):
                     return f"--set {key}" + message[len(path):]
-            elif (f"'{below}'" in text or f"'{below}." in text
+            elif (f"'{below}'" in text or f"'{below}." in text or f" {below} (" in text
                   or " expected " in f" {text.split(': ', 1)[-1]}"):
                 # a rule of the mapping that names the field the override set ("'trtllm'
-                # settings apply only to ...", "'sglang.enable_mixed_chunk' needs ..."), or a
-                # scalar the override turned into a mapping
+                # settings apply only to ...", "'sglang.enable_mixed_chunk' needs ...", "need
+                # min_workers (5) <= workers (1)"), or a scalar the override turned into a mapping
                 return f"--set {key}" + message[len(path):]
     return message
 

@@ -157,6 +157,12 @@ def test_overrides_are_validated_like_the_file(tmp_path):
     with pytest.raises(ConfigError) as info:
         load_scenario(str(sg), parse_overrides(["pools.aggregated.enable_chunked_prefill=false"]))
     assert info.value.messages == [f"--set pools.aggregated.enable_chunked_prefill: {rule}"]
+    # a rule that names the --set field in its arithmetic ("need min_workers (50) <= ...")
+    planner = str(REPO / "scenarios" / "planner.yaml")
+    with pytest.raises(ConfigError) as info:
+        load_scenario(planner, parse_overrides(["pools.prefill.min_workers=50"]))
+    assert info.value.messages == ["--set pools.prefill.min_workers: need min_workers (50) <= workers (1) <= "
+                                   "max_workers (8) @ $.pools.prefill"]
     # the file's own error in that mapping still names the file
     bad = tmp_path / "bad.yaml"
     bad.write_text("pools: {aggregated: {backend: sglang, preemption_mode: fifo}}\n")

@@ -222,3 +222,14 @@ def test_a_failed_policy_run_exits_1_with_its_diagnostic(plugin_dir, tmp_path, c
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("simkit: run stopped (policy_error): router policy Stranger.pick "
                                                "returned 'not a worker'")
+
+
+def test_policy_params_must_be_a_mapping_and_short_intervals_say_what_they_need():
+    with pytest.raises(ConfigError) as info:
+        scenario_from_dict({"pools": {"aggregated": {}}, "router": {"kind": "python", "path": "a.b:C",
+                                                                    "params": [1, 2]}}, "s.yaml")
+    assert info.value.messages == ["s.yaml: expected a mapping, got a list [1, 2] @ $.router.params"]
+    # 0 is refused as > 0, so a too-short interval does not offer it
+    with pytest.raises(ConfigError) as info:
+        scenario_from_dict({"pools": {"aggregated": {}}, "planner": {"kind": "static", "interval_s": 1e-4}}, "s.yaml")
+    assert info.value.messages == ["s.yaml: 'interval_s' must be at least 0.001: 0.0001 @ $.planner.interval_s"]
