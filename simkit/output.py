@@ -122,6 +122,32 @@ def chrome_trace(records: RunRecords) -> dict:
     return {"traceEvents": names + events, "displayTimeUnit": "ms"}
 
 
+def sibling_tmp_dir(out_dir: str, prefix: str = ".simkit-") -> str:
+    """A new empty folder beside ``out_dir`` (same file system, so :func:`move_into_place`
+    is a rename), with the permissions of an ordinary folder (mkdtemp makes 0700)."""
+    parent = os.path.dirname(os.path.abspath(out_dir))
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=prefix, dir=parent)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o777 & ~umask)
+    return tmp
+
+
+def move_into_place(tmp: str, out_dir: str) -> None:
+    """Rename the finished folder ``tmp`` to ``out_dir``, replacing a folder or file there."""
+    if os.path.isdir(out_dir):
+        old = out_dir + ".old-" + os.path.basename(tmp)
+        os.rename(out_dir, old)
+        os.rename(tmp, out_dir)
+        shutil.rmtree(old, ignore_errors=True)
+    elif os.path.exists(out_dir):
+        os.remove(out_dir)
+        os.rename(tmp, out_dir)
+    else:
+        os.rename(tmp, out_dir)
+
+
 def write_run(out_dir: str, scenario: Scenario, records: RunRecords, summary: dict,
               run_info: dict, figures: Optional[dict] = None, force: bool = False) -> None:
     """Write a run's files to ``out_dir`` atomically (build in a sibling temp folder, rename).
@@ -133,13 +159,8 @@ def write_run(out_dir: str, scenario: Scenario, records: RunRecords, summary: di
     out_dir = os.path.abspath(out_dir)
     if os.path.exists(out_dir) and (not os.path.isdir(out_dir) or os.listdir(out_dir)) and not force:
         raise FileExistsError(out_dir)
-    parent = os.path.dirname(out_dir)
-    os.makedirs(parent, exist_ok=True)
     scenario_text = dump_scenario(scenario)
-    tmp = tempfile.mkdtemp(prefix=".simkit-", dir=parent)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes 0700; a results folder is an ordinary folder
+    tmp = sibling_tmp_dir(out_dir)
     try:
         # a fingerprint of everything the run computed: equal digests mean byte-identical results
         digest = _write_rows(records, scenario_text, os.path.join(tmp, "requests.jsonl"),
@@ -162,16 +183,7 @@ def write_run(out_dir: str, scenario: Scenario, records: RunRecords, summary: di
                 json.dump(chrome_trace(records), f)
         for name, fig in (figures or {}).items():
             fig.savefig(os.path.join(tmp, f"{name}.png"), dpi=110, metadata={"Software": None})
-        if os.path.isdir(out_dir):
-            old = out_dir + ".old-" + os.path.basename(tmp)
-            os.rename(out_dir, old)
-            os.rename(tmp, out_dir)
-            shutil.rmtree(old, ignore_errors=True)
-        elif os.path.exists(out_dir):
-            os.remove(out_dir)
-            os.rename(tmp, out_dir)
-        else:
-            os.rename(tmp, out_dir)
+        move_into_place(tmp, out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -20,7 +20,6 @@ import itertools
 import os
 import shutil
 import sys
-import tempfile
 from typing import Any, Optional, Sequence
 
 from simkit.config import ConfigError, load_scenario, yaml_load
@@ -149,11 +148,9 @@ def main(argv: Sequence[str]) -> int:
     # the sweep is built in a sibling temp folder and renamed into place at the end, so a
     # --force sweep never mixes with, or loses, what the folder held unless it completes
     from simkit.cli import _Interrupts
+    from simkit.output import move_into_place, sibling_tmp_dir
 
-    parent = os.path.dirname(os.path.abspath(out))
-    os.makedirs(parent, exist_ok=True)
-    work = tempfile.mkdtemp(prefix=".simkit-sweep-", dir=parent)
-    os.chmod(work, 0o777 & ~_umask())  # mkdtemp makes 0700; a results folder is an ordinary folder
+    work = sibling_tmp_dir(out, prefix=".simkit-sweep-")
     scenario_path = os.path.abspath(args.scenario)
     jobs = [(scenario_path, common + list(combo.items()), os.path.join(work, f"run{i:03d}"))
             for i, combo in enumerate(combos)]
@@ -167,7 +164,7 @@ def main(argv: Sequence[str]) -> int:
         return _fail([f"--scheduler {args.scheduler}: cannot reach the Dask scheduler ({exc})"])
     except KeyboardInterrupt:
         if os.listdir(work) and not (os.path.exists(out) and os.listdir(out)):
-            _replace(work, out)
+            move_into_place(work, out)
             print(f"simkit: sweep interrupted; finished runs are in {out}", file=sys.stderr)
         elif os.listdir(work):  # --force over results: those stay, the new runs beside them
             print(f"simkit: sweep interrupted; {out} is as it was, finished runs are in {work}",
@@ -192,7 +189,7 @@ def main(argv: Sequence[str]) -> int:
 
     pareto(table, [k for k, _ in grid]).savefig(os.path.join(work, "pareto.png"), dpi=110,
                                                 metadata={"Software": None})
-    _replace(work, out)
+    move_into_place(work, out)
     with pd.option_context("display.width", 200, "display.max_columns", 30, "display.max_colwidth", 60):
         shown = table.copy()
         for column in ("completed", "rejected", "error"):  # <NA> and None print as "-" like the rest
@@ -203,26 +200,6 @@ def main(argv: Sequence[str]) -> int:
         print(f"simkit: {len(failures)} of {len(table)} points failed (the error column of sweep.csv); "
               f"the first: {failures[0]}", file=sys.stderr)
     return 1 if failures else 0
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def _replace(work: str, out: str) -> None:
-    """Move the finished sweep folder ``work`` to ``out``, replacing what was there."""
-    if os.path.exists(out):
-        old = out + ".old-" + os.path.basename(work)
-        os.rename(out, old)
-        os.rename(work, out)
-        if os.path.isdir(old):
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.remove(old)
-    else:
-        os.rename(work, out)
 
 
 def sweep_table(combos: list[dict], outcomes: list[dict]):
