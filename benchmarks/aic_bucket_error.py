@@ -17,8 +17,8 @@ import time
 
 import numpy as np
 
-from simkit.config import AicLatency
-from simkit.aic import AicModel, bucket
+from simkit.spec import AicLatency
+from simkit.engine.latency.aic import AicModel, bucket
 
 
 def main() -> None:

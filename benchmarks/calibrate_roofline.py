@@ -58,13 +58,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from silicon_rows import (SILICON_GPUS, SILICON_MODELS, calibration_row, concurrency, find_silicon,  # noqa: E402
                           load_rows, scenario_for, simulate_row, skip_reason, worker_gpus)
 
-from simkit import hardware  # noqa: E402
-from simkit.config import ConfigError, RooflineLatency  # noqa: E402
-from simkit.engine import RooflineModel  # noqa: E402
-from simkit.hardware import Calibration, ModelArch, gpu_names, load_gpu, load_model  # noqa: E402
+from simkit.engine import hardware  # noqa: E402
+from simkit.spec import ConfigError, RooflineLatency  # noqa: E402
+from simkit.engine.latency import RooflineModel  # noqa: E402
+from simkit.engine.hardware import Calibration, ModelArch, gpu_names, load_gpu, load_model  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-OUT = ROOT / "simkit" / "data" / "calibration.json"
+OUT = ROOT / "simkit" / "engine" / "data" / "calibration.json"
 GEMM_OPS = ["attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj"]
 ELEMENTWISE_OPS = ["input_layernorm", "attn_rope", "post_attention_layernorm", "mlp_act", "add"]
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-OUT = Path(__file__).resolve().parent.parent / "simkit" / "data"
+OUT = Path(__file__).resolve().parent.parent / "simkit" / "engine" / "data"
 GPUS = {"A100": "a100_sxm", "H100": "h100_sxm", "H200": "h200_sxm", "B200": "b200_sxm",
         "GB200": "gb200", "B300": "b300_sxm", "L40S": "l40s"}
 MODELS = {"Llama-3.1-8B": "meta-llama--Meta-Llama-3.1-8B", "Llama-3.1-70B": "meta-llama--Meta-Llama-3.1-70B",

@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from silicon_rows import (SILICON_MODELS, calibration_row, concurrency, find_silicon, harness_for,  # noqa: E402
                           load_rows, precision, simulate_row, skip_reason)
 
-from simkit.config import ConfigError  # noqa: E402
+from simkit.spec import ConfigError  # noqa: E402
 
 
 def main() -> None:

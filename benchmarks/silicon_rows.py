@@ -39,9 +39,9 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
-from simkit.config import scenario_from_dict
-from simkit.hardware import load_calibration, load_model
-from simkit.request import Request
+from simkit.spec import scenario_from_dict
+from simkit.engine.hardware import load_calibration, load_model
+from simkit.core.request import Request
 from simkit.sim import simulate
 
 #: silicon_sample.csv model_path -> simkit model (R1 and V3.1 share DeepSeek-V3's shape)

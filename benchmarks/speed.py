@@ -36,9 +36,9 @@ REPO = os.path.dirname(HERE)
 SHARED = os.path.join(os.path.dirname(REPO), "shared")
 sys.path.insert(0, REPO)
 
-from simkit.config import load_scenario, scenario_from_dict  # noqa: E402
+from simkit.spec import load_scenario, scenario_from_dict  # noqa: E402
 from simkit.sim import build  # noqa: E402
-from simkit.trace import synthesize  # noqa: E402
+from simkit.workload import synthesize  # noqa: E402
 
 # Runs a module or script and reports its own peak RSS (KiB) on stderr as its last line.
 PEAK = ("import resource, runpy, sys\n"

@@ -12,12 +12,12 @@ import json
 import os
 from typing import Any, Mapping, Optional, Sequence, Union
 
-from simkit.config import ConfigError, Scenario, load_scenario, override, scenario_from_dict, yaml_load
-from simkit.output import rows_table, write_run
-from simkit.plugins import policy_factory
-from simkit.records import RunRecords
-from simkit.report import render_text, request_rows, summarize
-from simkit.request import Request
+from simkit.spec import ConfigError, Scenario, load_scenario, override, scenario_from_dict, yaml_load
+from simkit.output.files import rows_table, write_run
+from simkit.cluster.plugins import policy_factory
+from simkit.core.records import RunRecords
+from simkit.output.report import render_text, request_rows, summarize
+from simkit.core.request import Request
 from simkit.sim import build
 
 __all__ = ["Result", "load_result", "run"]
@@ -26,7 +26,7 @@ __all__ = ["Result", "load_result", "run"]
 class Result:
     """One run: ``scenario``, ``summary`` (dict, as in summary.json), ``requests`` (a pandas
     DataFrame with one row per request, times in ms) and ``records`` (the raw
-    :class:`~simkit.records.RunRecords`; None for a result loaded from a folder)."""
+    :class:`~simkit.core.records.RunRecords`; None for a result loaded from a folder)."""
 
     def __init__(self, scenario: Scenario, summary: dict, requests, records: Optional[RunRecords] = None,
                  label: Optional[str] = None) -> None:
@@ -46,28 +46,28 @@ class Result:
 
     def plot_cdf(self, *others: "Result", sla: bool = True):
         """A Figure of TTFT and ITL CDFs of this run, with ``others`` overlaid."""
-        from simkit.plots import latency_cdf
+        from simkit.output.plots import latency_cdf
 
         runs = [(r.label, r.requests) for r in (self, *others)]
         return latency_cdf(runs, self.scenario.sla if sla else None)
 
     def plot_passes(self, until_s: Optional[float] = None):
         """A Figure: per-worker Gantt chart of forward passes (needs ``record_passes``)."""
-        from simkit.plots import pass_timeline
+        from simkit.output.plots import pass_timeline
 
         return pass_timeline(self._records(), until_s)
 
     def plot_series(self):
         """A Figure: KV usage, batch size per worker and queue depth over time (needs
         ``record_passes``)."""
-        from simkit.plots import worker_series
+        from simkit.output.plots import worker_series
 
         return worker_series(self._records())
 
     def plot_planner(self):
         """A Figure: workers per pool, queues, KV usage, TTFT and ITL over time (needs a
         ``planner``)."""
-        from simkit.plots import planner_series
+        from simkit.output.plots import planner_series
 
         return planner_series(self._records(), self.scenario.sla)
 
@@ -113,14 +113,14 @@ def run(scenario: Union[str, os.PathLike, Mapping, Scenario], overrides: Optiona
     :meth:`Result.plot_series` and the saved ``timeline.json``).
 
     ``router`` / ``planner`` replace the scenario's routing / planner policy with your own
-    (protocols in :mod:`simkit.router` and :mod:`simkit.planner`): a class (built with no
+    (protocols in :mod:`simkit.cluster.router` and :mod:`simkit.cluster.planner`): a class (built with no
     argument, once per decision point) or an instance (shared). A planner policy needs the
     scenario to have a ``planner`` section (its ``interval_s`` and ``gpu_budget`` apply).
 
     Raises:
         simkit.ConfigError: an invalid scenario or override (one message per problem), or a
             policy without its protocol's method.
-        simkit.trace.TraceError: the workload's trace file is missing or malformed.
+        simkit.workload.TraceError: the workload's trace file is missing or malformed.
     """
 
     s = _scenario(scenario, overrides)
@@ -131,7 +131,7 @@ def run(scenario: Union[str, os.PathLike, Mapping, Scenario], overrides: Optiona
                 router_policy=None if router is None else policy_factory(router, "router"),
                 planner_policy=None if planner is None else policy_factory(planner, "planner"))
     if progress:
-        from simkit.progress import attach_progress
+        from simkit.output.progress import attach_progress
 
         attach_progress(sim)
     records = sim.run(check=check)

@@ -5,7 +5,7 @@ the handoff link (disaggregated), the router, the source and, with a ``planner``
 budget and the planner, and starts their processes in a fixed order (workers by pool then id,
 router, source, planner), which fixes same-instant tie-breaks; workers the planner adds later
 start when they become active and rank after the pool's earlier workers. ``Simulation.run()`` runs until every request has ended (or
-``max_sim_time_s``) and returns :class:`~simkit.records.RunRecords`.
+``max_sim_time_s``) and returns :class:`~simkit.core.records.RunRecords`.
 
 Layer L4: the only module that imports all of L3.
 """
@@ -20,23 +20,23 @@ import simpy
 import attrs
 from simpy.core import EmptySchedule
 
-from simkit.collector import Collector, InvariantError
-from simkit.config import PythonPlanner, PythonRouter, Scenario
-from simkit.engine import make_latency_model
-from simkit.link import KvLink
-from simkit.messages import Environment, carries_request
-from simkit.planner import Planner, make_planner_policy
-from simkit.plugins import load_policy
-from simkit.pool import WorkerPool
-from simkit.records import RunRecords
-from simkit.request import Request
-from simkit.rng import RngStreams
-from simkit.router import Router
-from simkit.scheduler import private_suffixes
-from simkit.source import Source
-from simkit.trace import iter_workload, load_workload
-from simkit.units import S_PER_MS
-from simkit.worker import Stuck, Worker
+from simkit.cluster.collector import Collector, InvariantError
+from simkit.spec import PythonPlanner, PythonRouter, Scenario
+from simkit.engine.latency import make_latency_model
+from simkit.cluster.link import KvLink
+from simkit.cluster.messages import Environment, carries_request
+from simkit.cluster.planner import Planner, make_planner_policy
+from simkit.cluster.plugins import load_policy
+from simkit.cluster.pool import WorkerPool
+from simkit.core.records import RunRecords
+from simkit.core.request import Request
+from simkit.core.rng import RngStreams
+from simkit.cluster.router import Router
+from simkit.engine.scheduler import private_suffixes
+from simkit.cluster.source import Source
+from simkit.workload import iter_workload, load_workload
+from simkit.core.units import S_PER_MS
+from simkit.cluster.worker import Stuck, Worker
 
 __all__ = ["Simulation", "build", "simulate"]
 
@@ -278,20 +278,20 @@ def build(scenario: Scenario, requests: Optional[Iterable[Request]] = None,
 
     ``fast_forward`` runs stretches of identical pure-decode passes as one SimPy timeout; the
     records are exactly those of pass-by-pass stepping (``fast_forward=False``), only faster.
-    ``record_passes`` keeps a :class:`~simkit.records.PassRecord` per forward pass (memory grows
+    ``record_passes`` keeps a :class:`~simkit.core.records.PassRecord` per forward pass (memory grows
     with the passes: for small runs, timelines and teaching). ``router_policy`` /
-    ``planner_policy`` are factories of user policies (:func:`simkit.plugins.policy_factory`)
+    ``planner_policy`` are factories of user policies (:func:`simkit.cluster.plugins.policy_factory`)
     that replace the scenario's router / planner policy.
 
     ``stream`` replays the workload as an iterator (``requests``, or the scenario's workload
-    read lazily, see :func:`simkit.trace.iter_workload`) keeping only requests in flight;
+    read lazily, see :func:`simkit.workload.iter_workload`) keeping only requests in flight;
     ``sink`` receives each request's record when it ends (a
-    :class:`~simkit.spool.RequestSpool` keeps memory bounded; default: a list). A streamed run's
+    :class:`~simkit.output.spool.RequestSpool` keeps memory bounded; default: a list). A streamed run's
     records are those of the same run unstreamed, in the sink's order. Closed loop
     (``max_in_flight``) does not stream.
 
     Raises:
-        simkit.trace.TraceError: the scenario's trace file is missing or malformed.
+        simkit.workload.TraceError: the scenario's trace file is missing or malformed.
         simkit.ConfigError: a ``kind: python`` policy does not import or lacks its protocol.
         ValueError: request ids are not 0..N-1; ``stream`` with a closed loop.
     """

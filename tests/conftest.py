@@ -9,8 +9,8 @@ import os
 import pytest
 from hypothesis import settings
 
-from simkit.config import scenario_from_dict
-from simkit.request import Request
+from simkit.spec import scenario_from_dict
+from simkit.core.request import Request
 from simkit.sim import simulate
 
 # CI replays a fixed set of generated examples (reproducible, never flaky); local runs draw new

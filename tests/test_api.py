@@ -19,7 +19,7 @@ def test_run_from_a_path_a_dict_or_a_scenario_gives_the_cli_numbers(tmp_path):
     path = REPO / "scenarios" / "disagg.yaml"
     a = simkit.run(path, SMALL)
     b = simkit.run(simkit.override(simkit.load_scenario(str(path)), SMALL))
-    c = simkit.run(simkit.config.to_dict(b.scenario))
+    c = simkit.run(simkit.spec.to_dict(b.scenario))
     assert a.summary == b.summary == c.summary
     out = tmp_path / "cli"
     assert main([str(path), "--out", str(out), "--quiet", "--no-plots", "--set", "workload.num_requests=80"]) == 0

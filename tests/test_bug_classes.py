@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from simkit.report import summarize
-from simkit.request import Request
+from simkit.output.report import summarize
+from simkit.core.request import Request
 from simkit.sim import build, simulate
 
 from conftest import D, P, req, run, scenario

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from simkit.config import (
+from simkit.spec import (
     ConfigError,
     dump_scenario,
     load_scenario,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from simkit.config import scenario_from_dict
+from simkit.spec import scenario_from_dict
 from simkit.sim import simulate
 
 from conftest import D, P, req, run
@@ -37,7 +37,7 @@ def test_preemption_order_lifo_takes_the_newest_fifo_the_oldest(mode, victim):
 
 
 def test_preemption_mode_is_validated():
-    from simkit.config import ConfigError
+    from simkit.spec import ConfigError
     with pytest.raises(ConfigError, match=r"expected one of: lifo, fifo, got 'random' @ \$\.pools\.aggregated\.preemption_mode"):
         scenario_from_dict({"pools": {"aggregated": {"preemption_mode": "random"}}})
 
@@ -122,7 +122,7 @@ def test_sglang_mixed_chunk_decodes_the_running_requests_in_extend_passes(mixed,
 def test_sglang_mixed_chunk_needs_chunked_prefill_and_an_aggregated_pool():
     # SGLang's is_mixed_chunk is off without chunked prefill, and mixes nothing on a prefill
     # or decode worker; simkit says so instead of ignoring the setting
-    from simkit.config import ConfigError
+    from simkit.spec import ConfigError
     mixed = {"backend": "sglang", "sglang": {"enable_mixed_chunk": True}}
     with pytest.raises(ConfigError, match=r"'sglang.enable_mixed_chunk' needs 'enable_chunked_prefill': true "
                                           r".* @ \$\.pools\.aggregated$"):
@@ -135,7 +135,7 @@ def test_sglang_mixed_chunk_needs_chunked_prefill_and_an_aggregated_pool():
 def test_sglang_chunk_budget_must_hold_a_page():
     # a prompt longer than the chunk budget is cut into whole pages of it: a budget below one
     # page would never let it start (found by a hostile walk: the run ended "stuck")
-    from simkit.config import ConfigError
+    from simkit.spec import ConfigError
     with pytest.raises(ConfigError, match=r"'sglang.chunked_prefill_size' \(16\) must be at least 'block_size' "
                                           r"\(64\).* @ \$\.pools\.aggregated$"):
         scenario_from_dict({"pools": {"aggregated": {"backend": "sglang", "sglang": {"chunked_prefill_size": 16}}}})
@@ -236,7 +236,7 @@ def test_sglang_evicts_the_least_recently_used_leaf(x_output, y_at_ms, cached):
 ])
 def test_backend_settings_that_would_be_ignored_are_refused(pool, message):
     # bug class 5: an accepted key must change behaviour, so settings of another backend fail
-    from simkit.config import ConfigError
+    from simkit.spec import ConfigError
     with pytest.raises(ConfigError) as err:
         scenario_from_dict({"pools": {"aggregated": pool}})
     assert err.value.messages == [f"<scenario>: {message}"]
@@ -419,7 +419,7 @@ def test_trtllm_batch_waiting_holds_prefill_back_while_requests_decode(ratio, b_
 
 
 def test_trtllm_settings_apply_only_to_trtllm():
-    from simkit.config import ConfigError
+    from simkit.spec import ConfigError
     with pytest.raises(ConfigError, match=r"'trtllm' settings apply only to backend: trtllm"):
         scenario_from_dict({"pools": {"aggregated": {"trtllm": {"batch_wait_timeout_iters": 3}}}})
 

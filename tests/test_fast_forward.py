@@ -10,8 +10,8 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from simkit.config import scenario_from_dict
-from simkit.request import Request
+from simkit.spec import scenario_from_dict
+from simkit.core.request import Request
 from simkit.sim import simulate
 
 

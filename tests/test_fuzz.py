@@ -8,10 +8,10 @@ import json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from simkit.config import ConfigError, load_scenario, parse_overrides, scenario_from_dict, yaml_load
+from simkit.spec import ConfigError, load_scenario, parse_overrides, scenario_from_dict, yaml_load
 from simkit.sim import simulate
-from simkit.trace import TraceError, load_trace
-from simkit.config import TraceWorkload
+from simkit.workload import TraceError, load_trace
+from simkit.spec import TraceWorkload
 
 FIELDS = ["name", "seed", "workload", "pools", "aggregated", "prefill", "decode", "workers", "block_size",
           "num_gpu_blocks", "max_num_batched_tokens", "max_num_seqs", "max_model_len",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from simkit.cli import main
-from simkit.sweep import main as sweep_main
+from simkit.cli.sweep import main as sweep_main
 
 from conftest import REPO
 
@@ -104,7 +104,7 @@ def test_a_sweep_with_no_valid_point_runs_nothing(tmp_path, capsys):
 
 
 def test_a_roofline_pool_defaults_max_model_len_to_the_models_limit():
-    from simkit.config import load_scenario
+    from simkit.spec import load_scenario
 
     s = load_scenario(ROOFLINE, [("latency", {"kind": "roofline", "model": "Qwen3-32B", "gpu": "H200", "tp": 2})])
     # Qwen3-32B's config.json: max_position_embeddings 40960; vLLM's max_model_len default

@@ -2,7 +2,7 @@
 
 import pytest
 
-from simkit.kvcache import KvCache
+from simkit.engine.kvcache import KvCache
 
 
 def test_match_acquire_release_and_lru_eviction_order():

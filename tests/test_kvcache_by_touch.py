@@ -8,7 +8,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from simkit.kvcache import KvCache
+from simkit.engine.kvcache import KvCache
 
 
 class PerBlockModel:

@@ -7,10 +7,10 @@ import math
 
 import pytest
 
-from simkit.config import ConstantLatency, SlaPlanner, SlaSpec, override
-from simkit.engine import ConstantModel
-from simkit.planner import Decision, PoolView, SlaPolicy, Snapshot, Traffic
-from simkit.plugins import policy_factory
+from simkit.spec import ConstantLatency, SlaPlanner, SlaSpec, override
+from simkit.engine.latency import ConstantModel
+from simkit.cluster.planner import Decision, PoolView, SlaPolicy, Snapshot, Traffic
+from simkit.cluster.plugins import policy_factory
 from simkit.sim import build, simulate
 
 from conftest import REPO, req, scenario
@@ -61,7 +61,7 @@ def test_gpu_hours_use_tensor_times_data_parallel():
     records = simulate(s, [req(0, 0, 100, 4)])
     assert records.end_at == pytest.approx(0.04, rel=1e-12)
     assert records.gpu_seconds["aggregated"] == 4 * records.worker_seconds["aggregated"]
-    from simkit.report import summarize
+    from simkit.output.report import summarize
 
     assert summarize(records)["gpu_hours"] == {"aggregated": pytest.approx(4 * 0.04 / 3600, rel=1e-12)}
 
@@ -221,7 +221,7 @@ def test_sla_linear_predictor_plans_for_a_rising_load():
 
 
 def test_sla_scenario_requires_a_bound():
-    from simkit.config import ConfigError, scenario_from_dict
+    from simkit.spec import ConfigError, scenario_from_dict
 
     with pytest.raises(ConfigError) as info:
         scenario_from_dict({"pools": {"aggregated": {}}, "planner": {"kind": "sla"}}, "s.yaml")
@@ -232,8 +232,8 @@ def test_planner_scenario_meets_the_sla_with_fewer_gpu_hours_than_the_smallest_s
     # scenarios/planner.yaml: diurnal 8..72 req/s. Static clusters: 4 prefill + 2 decode meets
     # the SLA for >= 95% of requests; 3 + 2 does not (nor 4 + 1, checked by hand: 18.6%), so
     # 6 GPUs is the smallest static cluster. The SLA planner must meet it on fewer GPU-hours.
-    from simkit.config import load_scenario
-    from simkit.report import summarize
+    from simkit.spec import load_scenario
+    from simkit.output.report import summarize
 
     def run(overrides):
         s = load_scenario(str(REPO / "scenarios" / "planner.yaml"), list(overrides.items()))

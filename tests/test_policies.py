@@ -8,15 +8,15 @@ import textwrap
 import pytest
 
 from simkit.cli import main
-from simkit.config import ConfigError, override, scenario_from_dict
-from simkit.planner import Decision
-from simkit.plugins import policy_factory
+from simkit.spec import ConfigError, override, scenario_from_dict
+from simkit.cluster.planner import Decision
+from simkit.cluster.plugins import policy_factory
 from simkit.sim import build, simulate
 
 from conftest import REPO, req, scenario
 
 MODULE = '''
-from simkit.planner import Decision
+from simkit.cluster.planner import Decision
 
 
 class LastWorker:
@@ -147,7 +147,7 @@ def test_a_policy_breaking_its_protocol_mid_run_stops_the_run(plugin_dir):
 
 
 def test_shipped_example_runs_its_policies():
-    from simkit.config import load_scenario
+    from simkit.spec import load_scenario
 
     s = load_scenario(str(REPO / "scenarios" / "custom_policies.yaml"))
     assert s.router.search_path == str(REPO / "scenarios")

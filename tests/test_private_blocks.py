@@ -1,5 +1,5 @@
 """Private prompt blocks (no other request has them) are tracked as counted runs instead of
-keys (simkit.kvcache). The cache must behave exactly as when every key is tracked: the same
+keys (simkit.engine.kvcache). The cache must behave exactly as when every key is tracked: the same
 records, bit for bit, on generated workloads that mix shared prefixes with private tails,
 under KV pressure (evictions that split runs, preemptions that release private blocks as keys),
 aggregated and disaggregated, on every backend, with block conservation checked at every
@@ -10,10 +10,10 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from simkit.config import scenario_from_dict
-from simkit.kvcache import KvCache
-from simkit.request import Request
-from simkit.scheduler import private_suffixes
+from simkit.spec import scenario_from_dict
+from simkit.engine.kvcache import KvCache
+from simkit.core.request import Request
+from simkit.engine.scheduler import private_suffixes
 from simkit.sim import build
 
 

@@ -11,8 +11,8 @@ import json
 
 import pytest
 
-from simkit.config import load_scenario
-from simkit.report import summarize
+from simkit.spec import load_scenario
+from simkit.output.report import summarize
 from simkit.sim import simulate
 
 from conftest import REPO, shared_path

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from simkit.cli import main
-from simkit.scheduler import VllmScheduler
+from simkit.engine.scheduler import VllmScheduler
 from simkit.sim import build, simulate
 
 from conftest import REPO, req, scenario
@@ -54,7 +54,7 @@ def test_check_mode_catches_a_leaked_block_with_its_time(monkeypatch):
 
 
 def test_check_mode_passes_and_changes_nothing_on_every_shipped_scenario():
-    from simkit.config import load_scenario, override
+    from simkit.spec import load_scenario, override
 
     for path in sorted((REPO / "scenarios").glob("*.yaml")):
         s = load_scenario(str(path))
@@ -67,7 +67,7 @@ def test_check_mode_passes_and_changes_nothing_on_every_shipped_scenario():
 
 def test_time_cap_leaves_requests_incomplete():
     s = scenario()
-    from simkit.config import override
+    from simkit.spec import override
 
     s = override(s, {"max_sim_time_s": 0.05})
     records = simulate(s, [req(0, 0, 1000, 50), req(1, 100, 100, 2)])
@@ -83,7 +83,7 @@ def test_max_model_len_rejects_and_counts():
 
 
 def test_ctrl_c_writes_partial_results_marked_incomplete(tmp_path, monkeypatch, capsys):
-    from simkit.engine import PolynomialModel
+    from simkit.engine.latency import PolynomialModel
 
     calls = {"n": 0}
     original = PolynomialModel.pass_time_s
@@ -136,7 +136,7 @@ def test_argument_errors_are_one_line_exit_2(capsys, bad):
 
 
 def test_yaml_alias_bomb_is_refused_quickly(tmp_path):
-    from simkit.config import ConfigError, load_scenario
+    from simkit.spec import ConfigError, load_scenario
 
     lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
     for i in range(1, 9):
@@ -156,7 +156,7 @@ def test_yaml_alias_bomb_is_refused_quickly(tmp_path):
     ("link.latency_ms", 1e308, "'latency_ms' must be at most 1e+15"),
 ])
 def test_values_that_would_overflow_are_refused(key, value, message):
-    from simkit.config import ConfigError, load_scenario
+    from simkit.spec import ConfigError, load_scenario
 
     with pytest.raises(ConfigError) as info:
         load_scenario(str(REPO / "scenarios" / "disagg.yaml"), [(key, value)])
@@ -192,8 +192,8 @@ def test_without_chunked_prefill_a_request_whose_recompute_cannot_fit_a_pass_is_
     # chunked prefill off, so it could never be readmitted. Now it is rejected on arrival.
     pool = dict(block_size=16, num_gpu_blocks=17, max_num_batched_tokens=256, max_num_seqs=2,
                 enable_prefix_caching=False, enable_chunked_prefill=False)
-    from simkit.config import scenario_from_dict
-    from simkit.request import Request
+    from simkit.spec import scenario_from_dict
+    from simkit.core.request import Request
 
     s = scenario_from_dict({"pools": {"prefill": dict(pool, workers=2), "decode": dict(pool, workers=1)}})
     records = simulate(s, [Request(0, 0.0, 248, 10, (0, 1, 2, 3), 64), Request(1, 0.0, 1, 11, (0,), 64)], check=True)

@@ -6,12 +6,12 @@ import attrs
 import pytest
 
 from simkit.cli import main
-from simkit.config import ConfigError, RooflineLatency, scenario_from_dict
-from simkit.engine import RooflineModel
-from simkit.hardware import (Calibration, GpuSpec, HardwareError, ModelArch, load_gpu, load_model,
+from simkit.spec import ConfigError, RooflineLatency, scenario_from_dict
+from simkit.engine.latency import RooflineModel
+from simkit.engine.hardware import (Calibration, GpuSpec, HardwareError, ModelArch, load_gpu, load_model,
                              model_names)
 from simkit.sim import simulate
-from simkit.request import Request
+from simkit.core.request import Request
 
 # a one-layer toy: attention params 1024*(8+16)*128 + 8*128*1024 = 4,194,304; MLP 3*1024*4096
 # = 12,582,912; 2^24 = 16,777,216 GEMM params; LM head 1024*1000
@@ -164,7 +164,7 @@ TABLE = """prefill_tokens,decode_requests,decode_context_tokens,pass_ms
 def test_table_model_interpolates_by_hand(tmp_path):
     (tmp_path / "t.csv").write_text(TABLE)
     s = scenario_from_dict({"pools": {"aggregated": {}}, "latency": {"kind": "table", "path": str(tmp_path / "t.csv")}})
-    from simkit.engine import make_latency_model
+    from simkit.engine.latency import make_latency_model
 
     m = make_latency_model(s.latency, 1000)
     # P(200) = 10 + (30 - 10) * (200 - 100) / 200 = 20 ms; P(400) extends the last segment: 40 ms
@@ -220,7 +220,7 @@ def test_overrides_and_backend_overheads():
     fixed = (32 * c.layer_overhead_us + 4 * (c.sequence_overhead_us + 32 * c.request_layer_overhead_us)
              + 64 * c.allreduce_latency_us) * 1e-6 + c.pass_overhead_ms * 1e-3
     assert base.pass_time_s(0, 4, 4000) - bare.pass_time_s(0, 4, 4000) == pytest.approx(fixed, rel=1e-9)
-    from simkit.hardware import load_calibration
+    from simkit.engine.hardware import load_calibration
 
     for backend in ("vllm", "sglang", "trtllm"):
         m = RooflineModel(RooflineLatency(model="Llama-3.1-8B", gpu="H100", backend=backend))
@@ -229,7 +229,7 @@ def test_overrides_and_backend_overheads():
 
 
 def test_aic_bucket_grid_by_hand():
-    from simkit.aic import bucket
+    from simkit.engine.latency.aic import bucket
 
     # 16 points per doubling: up to 16 exact; [512, 1024) in steps of 32; rounded up
     assert [bucket(x, 16) for x in (1, 16, 17, 33, 763, 768, 769, 1000, 2048, 2049)] == \
@@ -239,7 +239,7 @@ def test_aic_bucket_grid_by_hand():
 
 def test_aic_latency_model_caches_by_bucket():
     pytest.importorskip("aiconfigurator_core", reason="optional extra simkit[aic] (aiconfigurator-core) not installed")
-    from simkit.engine import make_latency_model
+    from simkit.engine.latency import make_latency_model
 
     s = scenario_from_dict({"pools": {"aggregated": {}}, "latency": {
         "kind": "aic", "model": "Llama-3.1-8B", "gpu": "H100", "precision": "fp8", "backend": "vllm",
@@ -262,7 +262,7 @@ def test_aic_needs_a_shipped_model():
 def test_roofline_scenario_dumps_kind_first_and_round_trips():
     import yaml
 
-    from simkit.config import dump_scenario
+    from simkit.spec import dump_scenario
 
     s = scenario_from_dict({"pools": {"prefill": {"latency": {"kind": "roofline", "model": "Qwen3-32B", "gpu": "H200",
                                                               "tp": 1}}, "decode": {}},
@@ -279,9 +279,9 @@ def test_moe_models_take_their_engines_moe_fit_dense_models_do_not():
     import json
     from importlib import resources
 
-    from simkit.hardware import load_calibration
+    from simkit.engine.hardware import load_calibration
 
-    table = json.loads((resources.files("simkit") / "data" / "calibration.json").read_text())
+    table = json.loads((resources.files("simkit.engine") / "data" / "calibration.json").read_text())
     fits = table["H200"]["backends"]
     moe_fit, dense_fit = fits["sglang/moe"], fits["sglang"]
     assert moe_fit["pass_overhead_ms"] != dense_fit["pass_overhead_ms"]  # else this test proves nothing

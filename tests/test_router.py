@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from simkit.config import KvAwareRouter, LeastLoadedRouter, SessionAffinityRouter, override, scenario_from_dict
-from simkit.router import KvAware, LeastLoaded, SessionAffinity
+from simkit.spec import KvAwareRouter, LeastLoadedRouter, SessionAffinityRouter, override, scenario_from_dict
+from simkit.cluster.router import KvAware, LeastLoaded, SessionAffinity
 from simkit.sim import simulate
 
 from conftest import P, req, scenario
@@ -105,7 +105,7 @@ def test_router_queue_holds_requests_while_every_worker_is_busy():
 
 
 def test_router_queue_kv_threshold_and_summary(tmp_path):
-    from simkit.report import summarize
+    from simkit.output.report import summarize
 
     # 47 blocks per request on 200-block workers: a worker with three admitted (141 > 100 blocks)
     # is busy, so the 7th and 8th requests wait in the router until one finishes
@@ -122,7 +122,7 @@ def test_wspt_weighs_expected_work_by_priority():
     # one slot (max_num_seqs 1), busy past 1,000 queued prompt tokens: r0 runs, r1 (302 tokens
     # of work, priority 1) and r2 (2,002 tokens, priority 10: 200.2 per unit) wait; wspt sends
     # r2 first (200.2 < 302); with equal priorities r1 would go first (302 < 2,002)
-    from simkit.request import Request
+    from simkit.core.request import Request
 
     def with_priority(r, p):
         return Request(r.rid, r.arrived_at, r.input_length, r.output_length, r.hash_ids, r.hash_block_size,
@@ -138,8 +138,8 @@ def test_wspt_weighs_expected_work_by_priority():
 
 
 def test_priorities_from_traces_and_synthetic_workloads(tmp_path):
-    from simkit.config import TraceWorkload, scenario_from_dict
-    from simkit.trace import TraceError, load_trace, synthesize
+    from simkit.spec import TraceWorkload, scenario_from_dict
+    from simkit.workload import TraceError, load_trace, synthesize
 
     path = tmp_path / "t.jsonl"
     path.write_text('{"timestamp": 0, "input_length": 10, "output_length": 2, "priority": 3}\n'

@@ -9,11 +9,11 @@ import json
 import pytest
 
 from simkit.cli import main
-from simkit.config import load_scenario, override
-from simkit.report import summarize
+from simkit.spec import load_scenario, override
+from simkit.output.report import summarize
 from simkit.sim import build
-from simkit.spool import RequestSpool
-from simkit.trace import TraceError, stream_trace
+from simkit.output.spool import RequestSpool
+from simkit.workload import TraceError, stream_trace
 
 from conftest import REPO
 

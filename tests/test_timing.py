@@ -162,8 +162,8 @@ def test_goodput_counts_requests_within_every_bound_and_each_bound_alone():
     # decodes r0 and prefills r1 (tokens at 24); pass [24, 28] gives both their last token.
     # r0: TTFT 10 ms, mean ITL (28 - 10) / 2 = 9 ms; r1: TTFT 24 - 5 = 19 ms, ITL 4 ms.
     # SLA TTFT 15 ms, ITL 5 ms: r0 meets only TTFT, r1 only ITL; neither meets both.
-    from simkit.config import SlaSpec
-    from simkit.report import summarize
+    from simkit.spec import SlaSpec
+    from simkit.output.report import summarize
     from simkit.sim import simulate
     from conftest import scenario
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from simkit.config import SyntheticWorkload, TraceWorkload, scenario_from_dict
-from simkit.trace import TraceError, load_trace, synthesize
+from simkit.spec import SyntheticWorkload, TraceWorkload, scenario_from_dict
+from simkit.workload import TraceError, load_trace, synthesize
 
 
 def load(tmp_path, text: str, **kw):

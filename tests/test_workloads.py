@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from simkit.config import TraceWorkload, override
+from simkit.spec import TraceWorkload, override
 from simkit.sim import simulate
-from simkit.trace import TraceError, detect_format, load_trace
+from simkit.workload import TraceError, detect_format, load_trace
 
 from conftest import P, D, scenario
 
@@ -173,7 +173,7 @@ def test_weka_flat_requests_rebuild_prefixes_and_threads(tmp_path):
 
 
 def test_sessions_per_s_is_refused_for_formats_with_a_clock():
-    from simkit.config import ConfigError, scenario_from_dict
+    from simkit.spec import ConfigError, scenario_from_dict
 
     with pytest.raises(ConfigError) as info:
         scenario_from_dict({"pools": {"aggregated": {}}, "workload": {"kind": "trace", "path": "x.jsonl",

@@ -25,7 +25,7 @@ from attrs import field, frozen
 from cattrs.gen import make_dict_structure_fn
 from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, IterableValidationError
 
-from simkit import hardware
+from simkit.engine import hardware
 
 __all__ = [
     "ConfigError",
@@ -332,7 +332,7 @@ class SyntheticWorkload:
 
 @frozen
 class TraceWorkload:
-    """Requests replayed from a trace file (formats in :mod:`simkit.trace`).
+    """Requests replayed from a trace file (formats in :mod:`simkit.workload`).
 
     ``format``: ``mooncake`` (JSONL; optional ``session_id`` + ``delay``/``delay_ms`` for
     multi-turn sessions), ``agentic`` (JSONL with ``request_id``, ``wait_for`` dependencies and
@@ -431,7 +431,7 @@ class _Deployment:
         return hardware.load_model(self.model).kv_bytes_per_token(self.kv_precision)
 
     def num_gpu_blocks(self, block_size: int) -> int:
-        """KV blocks per worker from GPU memory (simkit.hardware.kv_capacity_blocks).
+        """KV blocks per worker from GPU memory (simkit.engine.hardware.kv_capacity_blocks).
 
         Raises:
             ValueError: the weights do not fit."""
@@ -440,11 +440,11 @@ class _Deployment:
 
 @frozen
 class RooflineLatency(_Deployment):
-    """Pass time from the model's architecture and the GPU's capabilities (simkit.engine.
+    """Pass time from the model's architecture and the GPU's capabilities (simkit.engine.latency.
     RooflineModel): per layer, GEMM, attention (prefill and decode apart), tensor-parallel
     all-reduce and fixed overheads, each op max(FLOPs / compute, bytes / bandwidth).
 
-    ``model`` is a shipped name (``simkit.hardware.model_names()``) or a config.json path
+    ``model`` is a shipped name (``simkit.engine.hardware.model_names()``) or a config.json path
     (relative to the scenario file); ``gpu`` a shipped GPU (``gpu_names()``). Weights of linear
     layers are stored and multiplied in ``precision``; the KV cache in ``kv_cache_dtype``
     (vLLM's name; ``auto``: bf16). ``gpu_memory_utilization`` (vLLM's name and default) and
@@ -482,7 +482,7 @@ class RooflineLatency(_Deployment):
 
 @frozen
 class AicLatency(_Deployment):
-    """Pass times from NVIDIA aiconfigurator's measured per-op database (simkit.aic.AicModel),
+    """Pass times from NVIDIA aiconfigurator's measured per-op database (simkit.engine.latency.aic.AicModel),
     behind a cache of geometric buckets (``bucket_steps_per_octave``). Needs the optional
     ``aiconfigurator-core`` package (``pip install simkit[aic]``). ``model`` is a shipped model
     name, ``gpu`` a shipped GPU; ``backend`` (default vllm) and ``aic_version`` (default: the
@@ -493,7 +493,7 @@ class AicLatency(_Deployment):
     aic_version: Optional[str] = None
     #: cache grid: points per doubling of each shape dimension
     bucket_steps_per_octave: int = field(default=64, validator=[_positive, _at_most(1024)])
-    # (a power of two gives the grid of simkit.aic.bucket; others are rounded down to one)
+    # (a power of two gives the grid of simkit.engine.latency.aic.bucket; others are rounded down to one)
     speedup_ratio: float = field(default=1.0, validator=_pos)
 
     def __attrs_post_init__(self) -> None:
@@ -510,7 +510,7 @@ class AicLatency(_Deployment):
 class TableLatency:
     """Pass times interpolated from a measured per-pass CSV (``path``, relative to the scenario
     file; header ``prefill_tokens,decode_requests,decode_context_tokens,pass_ms``; see
-    ``simkit.hardware.load_pass_table`` and ``simkit.engine.TableModel``)."""
+    ``simkit.engine.hardware.load_pass_table`` and ``simkit.engine.latency.TableModel``)."""
 
     kind: Literal["table"] = "table"
     path: str = ""
@@ -791,7 +791,7 @@ class PythonRouter:
     """Your own routing policy: ``path`` names ``package.module:ClassName``, imported from
     ``search_path`` (default: the scenario file's folder) and built as ``ClassName(params)``;
     its ``pick(request, workers)`` returns one of ``workers`` (protocol in
-    :mod:`simkit.router`)."""
+    :mod:`simkit.cluster.router`)."""
 
     kind: Literal["python"] = "python"
     path: str = ""
@@ -894,7 +894,7 @@ class SlaPlanner:
     output lengths, prefix hit ratio) from the last ones, predict the ``quantile``-th
     percentile TTFT and the mean ITL per worker count with the scenario's latency model, and
     pick the fewest workers whose predictions meet ``sla.ttft_ms`` / ``sla.itl_ms`` scaled by
-    ``target_fraction``. Formulas: :class:`simkit.planner.SlaPolicy`."""
+    ``target_fraction``. Formulas: :class:`simkit.cluster.planner.SlaPolicy`."""
 
     kind: Literal["sla"] = "sla"
     interval_s: float = _interval()
@@ -902,7 +902,7 @@ class SlaPlanner:
     scale_down_delay_s: float = _scale_down_delay()
     #: predictions must stay under this fraction of the SLA bounds (headroom)
     target_fraction: float = field(default=0.8, validator=_pos + [_at_most(1)])
-    #: the TTFT percentile predicted (the wait's tail; see simkit.planner.SlaPolicy)
+    #: the TTFT percentile predicted (the wait's tail; see simkit.cluster.planner.SlaPolicy)
     quantile: float = field(default=0.9, validator=_pos + [_at_most(0.9999)])
     #: a worker is never planned busier than this (prompt or decode utilisation)
     max_utilization: float = field(default=0.85, validator=_pos + [_at_most(1)])
@@ -915,7 +915,7 @@ class SlaPlanner:
 class PythonPlanner:
     """Your own planner: ``path`` names ``package.module:ClassName``, imported from
     ``search_path`` (default: the scenario file's folder) and built as ``ClassName(params)``;
-    its ``plan(snapshot)`` sets targets (protocol in :mod:`simkit.planner`)."""
+    its ``plan(snapshot)`` sets targets (protocol in :mod:`simkit.cluster.planner`)."""
 
     kind: Literal["python"] = "python"
     path: str = ""

@@ -16,7 +16,7 @@ from typing import Optional, Protocol, Sequence
 
 import simpy
 
-from simkit.config import (
+from simkit.spec import (
     KvAwareRouter,
     RouterQueueSpec,
     LeastLoadedRouter,
@@ -24,8 +24,8 @@ from simkit.config import (
     RouterSpec,
     SessionAffinityRouter,
 )
-from simkit.probe import Probe
-from simkit.worker import Stuck
+from simkit.cluster.probe import Probe
+from simkit.cluster.worker import Stuck
 
 
 class Routable(Protocol):

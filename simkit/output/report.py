@@ -17,9 +17,9 @@ from typing import Any, Iterator, Optional, Sequence
 
 import numpy as np
 
-from simkit.config import SlaSpec
-from simkit.records import RunRecords
-from simkit.units import MS_PER_S, S_PER_HOUR
+from simkit.spec import SlaSpec
+from simkit.core.records import RunRecords
+from simkit.core.units import MS_PER_S, S_PER_HOUR
 
 __all__ = ["iter_request_rows", "nearest_rank", "record_columns", "request_row", "request_rows", "summarize",
            "render_text"]

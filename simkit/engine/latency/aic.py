@@ -22,10 +22,10 @@ import logging
 import math
 from functools import lru_cache
 
-from simkit.config import AicLatency
-from simkit.engine import _decode_run_by_passes
-from simkit.hardware import aic_model_path, aic_system, load_model
-from simkit.units import S_PER_MS
+from simkit.spec import AicLatency
+from simkit.engine.latency import _decode_run_by_passes
+from simkit.engine.hardware import aic_model_path, aic_system, load_model
+from simkit.core.units import S_PER_MS
 
 __all__ = ["AicModel", "bucket"]
 

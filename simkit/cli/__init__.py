@@ -1,7 +1,7 @@
 """Command line: ``python -m simkit SCENARIO.yaml [--trace FILE] [--set KEY=VALUE ...]
 [--seed N] [--out DIR] [--force] [--check] [--per-pass] [--no-plots] [--quiet]`` and
 ``python -m simkit compare RUN_DIR ... [--plot FILE]`` and ``python -m simkit sweep SCENARIO.yaml
---grid KEY=V1,V2 ...`` (see :mod:`simkit.sweep`).
+--grid KEY=V1,V2 ...`` (see :mod:`simkit.cli.sweep`).
 
 Exit codes: 0 success (including a run cut by ``max_sim_time_s``); 2 bad input (scenario, trace,
 arguments, output folder), reported as one line per problem on stderr with no traceback and no
@@ -22,11 +22,11 @@ import time
 from typing import Optional, Sequence
 
 from simkit import __version__
-from simkit.config import ConfigError, load_scenario, parse_overrides
-from simkit.output import write_run
-from simkit.report import render_text, summarize
+from simkit.spec import ConfigError, load_scenario, parse_overrides
+from simkit.output.files import write_run
+from simkit.output.report import render_text, summarize
 from simkit.sim import build
-from simkit.trace import TraceError
+from simkit.workload import TraceError
 
 
 class _Parser(argparse.ArgumentParser):
@@ -277,9 +277,9 @@ def step_table(model, prefill_tokens: int, contexts: list[int]) -> str:
 def step_main(argv: Sequence[str]) -> int:
     """``python -m simkit step ...``: exit 0, or 2 for a bad name or value (one line)."""
     args = _step_parser().parse_args(argv)
-    from simkit.config import RooflineLatency
-    from simkit.engine import RooflineModel
-    from simkit.hardware import HardwareError, load_gpu, load_model
+    from simkit.spec import RooflineLatency
+    from simkit.engine.latency import RooflineModel
+    from simkit.engine.hardware import HardwareError, load_gpu, load_model
 
     try:
         items = args.decode_contexts.split(",") if args.decode_contexts.strip() else []
@@ -319,7 +319,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if argv and argv[0] == "step":
         return step_main(argv[1:])
     if argv and argv[0] == "sweep":
-        from simkit.sweep import main as sweep_main
+        from simkit.cli.sweep import main as sweep_main
 
         return sweep_main(argv[1:])
     args = _parser().parse_args(argv)
@@ -368,7 +368,7 @@ def _simulate_and_write(args, argv: list, interrupts: _Interrupts, scenario, out
     sink = spool_dir = None
     try:
         if args.stream:
-            from simkit.spool import RequestSpool
+            from simkit.output.spool import RequestSpool
 
             parent = os.path.dirname(os.path.abspath(out_dir))
             os.makedirs(parent, exist_ok=True)
@@ -391,7 +391,7 @@ def _simulate_and_write(args, argv: list, interrupts: _Interrupts, scenario, out
 def _run_and_write(args, argv: list, interrupts: _Interrupts, scenario, out_dir: str, sim, wall0: float) -> int:
     load_s = time.perf_counter() - wall0
     if not args.quiet and sys.stderr.isatty():
-        from simkit.progress import attach_progress
+        from simkit.output.progress import attach_progress
 
         attach_progress(sim)
     records = sim.run(check=args.check)
@@ -400,15 +400,15 @@ def _run_and_write(args, argv: list, interrupts: _Interrupts, scenario, out_dir:
     summary = summarize(records, scenario.sla)
     figures = {}
     if not args.no_plots:
-        from simkit.plots import latency_cdf
+        from simkit.output.plots import latency_cdf
 
         figures["latency_cdf"] = latency_cdf([(scenario.name, records)], scenario.sla)
         if records.pool_samples is not None:
-            from simkit.plots import planner_series
+            from simkit.output.plots import planner_series
 
             figures["planner"] = planner_series(records, scenario.sla)
         if args.timeline:
-            from simkit.plots import pass_timeline, worker_series
+            from simkit.output.plots import pass_timeline, worker_series
 
             figures["pass_timeline"] = pass_timeline(records)
             figures["worker_series"] = worker_series(records)

@@ -10,10 +10,10 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from simkit.config import SlaSpec
-from simkit.records import RunRecords
-from simkit.report import record_columns
-from simkit.units import MS_PER_S
+from simkit.spec import SlaSpec
+from simkit.core.records import RunRecords
+from simkit.output.report import record_columns
+from simkit.core.units import MS_PER_S
 
 
 #: most points drawn per CDF curve
@@ -254,7 +254,7 @@ def planner_series(records: RunRecords, sla: Optional[SlaSpec] = None):
 def pareto(table, knobs: Sequence[str]):
     """Sweep trade-off: output tokens/s per GPU against p90 TTFT, one point per finished run
     labelled with its knob values; the Pareto-optimal points (no other run is both faster and
-    more productive) are joined by a line. ``table`` is a sweep table (:mod:`simkit.sweep`)."""
+    more productive) are joined by a line. ``table`` is a sweep table (:mod:`simkit.cli.sweep`)."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(8, 5), layout="constrained")

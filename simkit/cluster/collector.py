@@ -5,8 +5,8 @@ follow-up turn, a dependent agent step or a session waiting for a closed-loop sl
 
 Only requests in flight hold state here: a request's timeline is a small slotted object from
 its arrival to its end; at its end it becomes a frozen
-:class:`~simkit.records.RequestRecord` handed to the *sink* (a list by default, or a
-:class:`~simkit.spool.RequestSpool` that writes records to disk as the run goes, so memory
+:class:`~simkit.core.records.RequestRecord` handed to the *sink* (a list by default, or a
+:class:`~simkit.output.spool.RequestSpool` that writes records to disk as the run goes, so memory
 follows the requests in flight, not the trace length). Token times are kept per request in
 compact ``array('d')`` buffers when asked for. ``all_done`` succeeds when every request has
 ended: all ``expected`` of them, or, for a streamed workload of unknown length, all that the
@@ -21,9 +21,9 @@ from typing import Iterable, Optional
 
 import simpy
 
-from simkit.probe import COMPLETED, INCOMPLETE
-from simkit.records import RequestRecord, RunRecords
-from simkit.request import Request
+from simkit.cluster.probe import COMPLETED, INCOMPLETE
+from simkit.core.records import RequestRecord, RunRecords
+from simkit.core.request import Request
 
 
 class InvariantError(AssertionError):

@@ -4,7 +4,7 @@ A ``kind: python`` router or planner names a class by ``path`` and gives it free
 ``params``; the class is imported with its ``search_path`` (the scenario file's folder unless
 set) at the front of ``sys.path``, checked for the protocol's method, and built once at load
 time as ``ClassName(params)`` so a bad constructor fails before the run. Every failure is one
-:class:`~simkit.config.ConfigError` line naming the field: ``$.router.path: module
+:class:`~simkit.spec.ConfigError` line naming the field: ``$.router.path: module
 'policies.x' has no class 'Y'``.
 
 Layer L1: imports config and the standard library only.
@@ -16,7 +16,7 @@ import importlib
 import sys
 from typing import Callable
 
-from simkit.config import ConfigError, PythonPlanner, PythonRouter
+from simkit.spec import ConfigError, PythonPlanner, PythonRouter
 
 __all__ = ["load_policy", "policy_factory"]
 
@@ -27,7 +27,7 @@ PROTOCOLS = {"router": ("pick", "pick(request, workers) -> one of workers"),
 
 def load_policy(spec, what: str) -> Callable[[], object]:
     """A factory building fresh instances of the class ``spec`` names (``spec`` is a
-    :class:`~simkit.config.PythonRouter` or :class:`~simkit.config.PythonPlanner`; ``what`` is
+    :class:`~simkit.spec.PythonRouter` or :class:`~simkit.spec.PythonPlanner`; ``what`` is
     ``router`` or ``planner``).
 
     Raises:

@@ -43,7 +43,7 @@ class HardwareError(ValueError):
 
 
 def _data_dir():
-    return resources.files("simkit") / "data"
+    return resources.files("simkit.engine") / "data"
 
 
 @lru_cache(maxsize=None)
@@ -396,7 +396,7 @@ def kv_capacity_blocks(spec, block_size: int) -> int:
         (GPU memory * gpu_memory_utilization - weights / TP - reserved) /
         (block_size * KV bytes per token * kv_shard_fraction)
 
-    ``spec`` is a :class:`simkit.config.RooflineLatency`.
+    ``spec`` is a :class:`simkit.spec.RooflineLatency`.
 
     Raises:
         ValueError: the weights and the reserve leave no room for one block (names the sizes).

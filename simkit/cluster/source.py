@@ -33,8 +33,8 @@ from typing import Callable, Iterable, Iterator, Optional
 
 import simpy
 
-from simkit.probe import Probe
-from simkit.request import Request
+from simkit.cluster.probe import Probe
+from simkit.core.request import Request
 
 
 class Source:

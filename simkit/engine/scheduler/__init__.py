@@ -25,7 +25,7 @@ decode step. A decode step's context is its KV length after the pass (prompt + t
 generated so far), the ``a`` of the reference's D(a, C).
 
 Prefix caching: the prompt's full blocks have identity keys
-(:meth:`simkit.request.Request.block_keys`); at admission the longest cached prefix is reused,
+(:meth:`simkit.core.request.Request.block_keys`); at admission the longest cached prefix is reused,
 except that a full-prompt hit still recomputes the last block; newly scheduled full blocks are
 registered at once, so later requests (even in the same pass) can hit them.
 
@@ -44,9 +44,9 @@ from typing import Optional, Sequence
 
 import math
 
-from simkit.config import PoolSpec
-from simkit.kvcache import KvCache
-from simkit.request import Request
+from simkit.spec import PoolSpec
+from simkit.engine.kvcache import KvCache
+from simkit.core.request import Request
 
 __all__ = ["Seq", "Batch", "VllmScheduler", "SglangScheduler", "make_scheduler", "private_suffixes"]
 
@@ -54,7 +54,7 @@ __all__ = ["Seq", "Batch", "VllmScheduler", "SglangScheduler", "make_scheduler",
 def private_suffixes(requests: Sequence[Request], block_sizes: Sequence[int]) -> Optional[list[int]]:
     """For each request (by id), the index into its ``hash_ids`` from which every id occurs
     nowhere else in ``requests`` (nor twice in it): the blocks no other request can hit (see
-    :mod:`simkit.kvcache`). None when that cannot be told exactly from whole trace blocks:
+    :mod:`simkit.engine.kvcache`). None when that cannot be told exactly from whole trace blocks:
     requests with different ``hash_block_size``, or one that an engine ``block_size`` does not
     divide. ``requests`` must be the whole workload, ids 0..N-1."""
     sizes = {r.hash_block_size for r in requests if r.hash_ids}
@@ -139,7 +139,7 @@ class VllmScheduler:
         self.fifo_preemption = spec.preemption_mode == "fifo"
         #: TRT-LLM GUARANTEED_NO_EVICT: admit against whole-request reservations, never preempt
         self.no_evict = spec.backend == "trtllm"
-        #: TRT-LLM batch waiting (:class:`simkit.config.TrtllmSpec`): passes held so far, limits
+        #: TRT-LLM batch waiting (:class:`simkit.spec.TrtllmSpec`): passes held so far, limits
         self.batch_wait_count = 0
         self.batch_wait_iters = spec.trtllm.batch_wait_timeout_iters
         self.batch_wait_tokens = spec.trtllm.batch_wait_max_tokens_ratio * spec.max_num_batched_tokens
@@ -564,7 +564,7 @@ class VllmScheduler:
 
 class SglangScheduler(VllmScheduler):
     """SGLang-like batch formation (``backend: sglang``; semantics in
-    :class:`simkit.config.SglangSpec`), sharing the paged KV cache, prefix caching, roles and
+    :class:`simkit.spec.SglangSpec`), sharing the paged KV cache, prefix caching, roles and
     pass completion of :class:`VllmScheduler`.
 
     Each pass is an extend pass if one can form (the prompt being chunked continues first,

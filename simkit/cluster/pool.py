@@ -16,7 +16,7 @@ states. A worker's life is::
 * **Scale-down** first cancels workers not yet active, newest first (their cancel event
   succeeds: GPUs taken go back at once and they never become active), then drains active
   workers, newest first: they leave ``routable`` at once (the router sends them nothing more)
-  and get a :class:`~simkit.messages.Drain` message; each finishes every request it holds
+  and get a :class:`~simkit.cluster.messages.Drain` message; each finishes every request it holds
   (and, on a prefill worker, waits until the link has moved the KV it holds), then stops and
   returns its GPUs.
 * **Accounting**: worker-seconds integrate the provisioned workers (starting + active +
@@ -33,9 +33,9 @@ from typing import Callable, Optional
 
 import simpy
 
-from simkit.config import PoolSpec
-from simkit.messages import Drain
-from simkit.records import WorkerCount
+from simkit.spec import PoolSpec
+from simkit.cluster.messages import Drain
+from simkit.core.records import WorkerCount
 
 __all__ = ["WorkerPool"]
 

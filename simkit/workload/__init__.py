@@ -1,7 +1,7 @@
 """Workload sources: trace loaders (Mooncake JSONL with sessions, agentic JSONL with
 dependencies, the Azure LLM inference CSV, a plain CSV) and the synthetic generator.
 
-Both return a tuple of :class:`~simkit.request.Request` sorted (stably) by arrival, with
+Both return a tuple of :class:`~simkit.core.request.Request` sorted (stably) by arrival, with
 time zero at the earliest arrival and times in seconds: milliseconds appear only here.
 Layer L2: imports config, request, rng, units; no SimPy.
 """
@@ -17,7 +17,7 @@ from typing import Any, Iterable, Iterator, Optional
 
 import attrs
 
-from simkit.config import (
+from simkit.spec import (
     ArrivalSpec,
     ConstantArrival,
     DiurnalArrival,
@@ -34,9 +34,9 @@ from simkit.config import (
     WorkloadSpec,
     ZipfLength,
 )
-from simkit.request import Request
-from simkit.rng import RngStreams
-from simkit.units import S_PER_MS
+from simkit.core.request import Request
+from simkit.core.rng import RngStreams
+from simkit.core.units import S_PER_MS
 
 __all__ = ["TraceError", "detect_format", "iter_synthetic", "iter_workload", "load_trace", "load_workload",
            "stream_trace", "synthesize"]

@@ -16,11 +16,11 @@ from typing import Callable, Optional
 
 import simpy
 
-from simkit.config import LinkSpec
-from simkit.probe import Probe
-from simkit.request import Request
-from simkit.units import BYTES_PER_GB, S_PER_MS
-from simkit.messages import Handoff, Released
+from simkit.spec import LinkSpec
+from simkit.cluster.probe import Probe
+from simkit.core.request import Request
+from simkit.core.units import BYTES_PER_GB, S_PER_MS
+from simkit.cluster.messages import Handoff, Released
 
 
 class KvLink:

@@ -22,7 +22,7 @@ import shutil
 import sys
 from typing import Any, Optional, Sequence
 
-from simkit.config import ConfigError, load_scenario, yaml_load
+from simkit.spec import ConfigError, load_scenario, yaml_load
 
 #: summary values copied into the sweep table, as (column, path in summary.json)
 COLUMNS = [
@@ -70,10 +70,10 @@ def _run_one(scenario_path: str, overrides: list, out_dir: str) -> dict:
     Returns ``{"status": "ok"|"failed", "error": str|None, "summary": dict|None, "gpus": float}``;
     never raises for a bad point (its error is the message).
     """
-    from simkit.output import write_run
-    from simkit.report import summarize
+    from simkit.output.files import write_run
+    from simkit.output.report import summarize
     from simkit.sim import build
-    from simkit.trace import TraceError
+    from simkit.workload import TraceError
 
     try:
         scenario = load_scenario(scenario_path, overrides)
@@ -148,7 +148,7 @@ def main(argv: Sequence[str]) -> int:
     # the sweep is built in a sibling temp folder and renamed into place at the end, so a
     # --force sweep never mixes with, or loses, what the folder held unless it completes
     from simkit.cli import _Interrupts
-    from simkit.output import move_into_place, sibling_tmp_dir
+    from simkit.output.files import move_into_place, sibling_tmp_dir
 
     work = sibling_tmp_dir(out, prefix=".simkit-sweep-")
     scenario_path = os.path.abspath(args.scenario)
@@ -185,7 +185,7 @@ def main(argv: Sequence[str]) -> int:
     table = sweep_table(combos, outcomes)
     table.to_csv(os.path.join(work, "sweep.csv"), index=False)
     table.to_parquet(os.path.join(work, "sweep.parquet"), index=False)
-    from simkit.plots import pareto
+    from simkit.output.plots import pareto
 
     pareto(table, [k for k, _ in grid]).savefig(os.path.join(work, "pareto.png"), dpi=110,
                                                 metadata={"Software": None})

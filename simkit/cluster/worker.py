@@ -27,14 +27,14 @@ from typing import Callable, Optional
 import simpy
 from simpy.events import Event
 
-from simkit.config import PoolSpec
-from simkit.engine import LatencyModel
-from simkit.kvcache import PublishedBlocks
-from simkit.messages import Drain, Handoff, Inbox, Released, Reserve
-from simkit.probe import COMPLETED, REJECTED, Probe
-from simkit.records import PassRecord
-from simkit.request import Request
-from simkit.scheduler import Seq, make_scheduler
+from simkit.spec import PoolSpec
+from simkit.engine.latency import LatencyModel
+from simkit.engine.kvcache import PublishedBlocks
+from simkit.cluster.messages import Drain, Handoff, Inbox, Released, Reserve
+from simkit.cluster.probe import COMPLETED, REJECTED, Probe
+from simkit.core.records import PassRecord
+from simkit.core.request import Request
+from simkit.engine.scheduler import Seq, make_scheduler
 
 #: passes in the first chunk of a fast-forwarded decode run (then doubling)
 FIRST_CHUNK = 128
@@ -173,7 +173,7 @@ class Worker:
             prev = end
 
     # ------------------------------------------------------------------ read-only snapshot
-    # (what routing policies may read; see simkit.router.Routable)
+    # (what routing policies may read; see simkit.cluster.router.Routable)
 
     @property
     def idle(self) -> bool:
@@ -438,7 +438,7 @@ class Worker:
         pass end at or after its arrival, the boundary where the per-pass path would take it.
         Tokens and completions are applied once, at the end, with their per-pass times.
 
-        ``k`` is :meth:`~simkit.scheduler.VllmScheduler.decode_run_length` of ``batch`` (> 1).
+        ``k`` is :meth:`~simkit.engine.scheduler.VllmScheduler.decode_run_length` of ``batch`` (> 1).
 
         Yields: the inbox get OR the end of the current chunk, per chunk; after an arrival,
         a timeout to the pass end that follows it.

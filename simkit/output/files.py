@@ -21,10 +21,10 @@ import shutil
 import tempfile
 from typing import Optional
 
-from simkit.config import Scenario, dump_scenario
-from simkit.records import RunRecords
-from simkit.report import ROW_INT_COLUMNS, iter_request_rows
-from simkit.spool import arrow_schema
+from simkit.spec import Scenario, dump_scenario
+from simkit.core.records import RunRecords
+from simkit.output.report import ROW_INT_COLUMNS, iter_request_rows
+from simkit.output.spool import arrow_schema
 
 
 def _finite_json(value):
@@ -39,7 +39,7 @@ def _finite_json(value):
 
 
 def rows_table(rows: list[dict]):
-    """Request rows (:func:`~simkit.report.request_row`) as a pyarrow Table with the declared
+    """Request rows (:func:`~simkit.output.report.request_row`) as a pyarrow Table with the declared
     column types (what ``requests.parquet`` holds)."""
     import pyarrow as pa
 

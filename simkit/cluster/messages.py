@@ -42,7 +42,7 @@ class Reserve:
     __slots__ = ("seq", "between_passes")
 
     def __init__(self, seq, between_passes: bool = False) -> None:
-        self.seq = seq  #: the request's state on that worker (a ``simkit.scheduler.Seq``)
+        self.seq = seq  #: the request's state on that worker (a ``simkit.engine.scheduler.Seq``)
         self.between_passes = between_passes
 
 

@@ -16,11 +16,11 @@ from typing import Optional, Protocol
 import attrs
 import numpy as np
 
-from simkit.config import (AicLatency, ConstantLatency, LatencySpec, PolynomialLatency, RooflineLatency,
+from simkit.spec import (AicLatency, ConstantLatency, LatencySpec, PolynomialLatency, RooflineLatency,
                            TableLatency)
-from simkit.hardware import (PRECISION_BYTES, Calibration, GpuSpec, ModelArch, kv_shard_fraction,
+from simkit.engine.hardware import (PRECISION_BYTES, Calibration, GpuSpec, ModelArch, kv_shard_fraction,
                              load_calibration, load_gpu, load_model, load_pass_table)
-from simkit.units import S_PER_MS
+from simkit.core.units import S_PER_MS
 
 __all__ = ["LatencyModel", "PolynomialModel", "ConstantModel", "RooflineModel", "TableModel", "OpCost",
            "make_latency_model"]
@@ -415,7 +415,7 @@ def make_latency_model(spec: LatencySpec, kv_capacity_tokens: int) -> LatencyMod
     if isinstance(spec, TableLatency):
         return TableModel(spec)
     if isinstance(spec, AicLatency):
-        from simkit.aic import AicModel  # the optional aiconfigurator-core, only when asked for
+        from simkit.engine.latency.aic import AicModel  # the optional aiconfigurator-core, only when asked for
 
         return AicModel(spec)
     raise TypeError(f"no latency model for {spec!r}")

@@ -3,7 +3,7 @@
 With a spool as the collector's sink, a long run keeps only the requests in flight in memory;
 finished requests' records wait in one batch of at most ``batch_rows`` and are then appended to
 the file as a Parquet row group. Afterwards the spool is a read-only sequence of
-:class:`~simkit.records.RequestRecord` in the order they were written (ended requests in
+:class:`~simkit.core.records.RequestRecord` in the order they were written (ended requests in
 completion order, then the incomplete ones), read back a batch at a time, and
 :meth:`RequestSpool.columns` gives whole columns as numpy arrays for summaries.
 Layer L2: pyarrow and numpy, no SimPy.
@@ -17,7 +17,7 @@ from typing import Iterator, Optional, Sequence
 import attrs
 import numpy as np
 
-from simkit.records import RequestRecord
+from simkit.core.records import RequestRecord
 
 __all__ = ["RequestSpool", "RECORD_FIELDS", "arrow_schema"]
 
