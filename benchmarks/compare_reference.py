@@ -32,7 +32,8 @@ REPO = os.path.dirname(HERE)
 SHARED = os.path.join(os.path.dirname(REPO), "shared")
 sys.path.insert(0, REPO)
 
-from simkit.spec import load_scenario, parse_overrides  # noqa: E402
+from simkit import load_scenario
+from simkit.spec import parse_overrides  # noqa: E402
 from simkit.output.report import nearest_rank, request_rows, summarize  # noqa: E402
 from simkit.sim import simulate  # noqa: E402
 

@@ -39,7 +39,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from silicon_rows import (SILICON_MODELS, Harness, calibration_row, concurrency, find_silicon,  # noqa: E402
                           harness_for, load_rows, scenario_for, skip_reason)
 
-from simkit.spec import ConfigError, scenario_from_dict  # noqa: E402
+from simkit import scenario_from_dict
+from simkit.spec import ConfigError  # noqa: E402
 from simkit.core.request import Request  # noqa: E402
 from simkit.sim import simulate  # noqa: E402
 

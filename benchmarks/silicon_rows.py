@@ -39,7 +39,7 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
-from simkit.spec import scenario_from_dict
+from simkit import scenario_from_dict
 from simkit.engine.hardware import load_calibration, load_model
 from simkit.core.request import Request
 from simkit.sim import simulate

@@ -36,7 +36,7 @@ REPO = os.path.dirname(HERE)
 SHARED = os.path.join(os.path.dirname(REPO), "shared")
 sys.path.insert(0, REPO)
 
-from simkit.spec import load_scenario, scenario_from_dict  # noqa: E402
+from simkit import load_scenario, scenario_from_dict  # noqa: E402
 from simkit.sim import build  # noqa: E402
 from simkit.workload import synthesize  # noqa: E402
 

@@ -14,9 +14,9 @@ Lower level: ``load_scenario``, ``override``, ``simulate`` (returns RunRecords),
 
 __version__ = "0.1.0"
 
-from simkit.spec import ConfigError, Scenario, load_scenario, override, scenario_from_dict  # noqa: E402
+from simkit.spec import ConfigError, Scenario  # noqa: E402
 from simkit.output.report import summarize  # noqa: E402
-from simkit.sim import build, simulate  # noqa: E402
+from simkit.sim import build, load_scenario, override, scenario_from_dict, simulate  # noqa: E402
 from simkit.api import Result, load_result, run  # noqa: E402
 
 __all__ = ["ConfigError", "Result", "Scenario", "build", "load_result", "load_scenario", "override",

@@ -12,13 +12,13 @@ import json
 import os
 from typing import Any, Mapping, Optional, Sequence, Union
 
-from simkit.spec import ConfigError, Scenario, load_scenario, override, scenario_from_dict, yaml_load
+from simkit.spec import ConfigError, Scenario, yaml_load
 from simkit.output.files import rows_table, write_run
 from simkit.cluster.plugins import policy_factory
 from simkit.core.records import RunRecords
 from simkit.output.report import render_text, request_rows, summarize
 from simkit.core.request import Request
-from simkit.sim import build
+from simkit.sim import build, load_scenario, override, scenario_from_dict
 
 __all__ = ["Result", "load_result", "run"]
 

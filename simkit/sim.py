@@ -13,7 +13,7 @@ Layer L4: the only module that imports all of L3.
 from __future__ import annotations
 
 import itertools
-from typing import Iterable, Optional, Sequence
+from typing import Any, Iterable, Optional, Sequence
 
 import simpy
 
@@ -21,7 +21,9 @@ import attrs
 from simpy.core import EmptySchedule
 
 from simkit.cluster.collector import Collector, InvariantError
-from simkit.spec import PythonPlanner, PythonRouter, Scenario
+from simkit import spec
+from simkit.engine.resolve import resolve_scenario
+from simkit.spec import ConfigError, PythonPlanner, PythonRouter, ResolveError, Scenario
 from simkit.engine.latency import make_latency_model
 from simkit.cluster.link import KvLink
 from simkit.cluster.messages import Environment, carries_request
@@ -38,10 +40,53 @@ from simkit.workload import iter_workload, load_workload
 from simkit.core.units import S_PER_MS
 from simkit.cluster.worker import Stuck, Worker
 
-__all__ = ["Simulation", "build", "simulate"]
+__all__ = ["Simulation", "build", "load_scenario", "override", "scenario_from_dict", "simulate"]
 
 #: rank distance between pools: pass boundaries of one instant run pool by pool, then by index
 RANK_STRIDE = 1 << 40
+
+
+def load_scenario(path: str, overrides: Optional[list[tuple[str, Any]]] = None) -> Scenario:
+    """Read a scenario YAML file, apply ``(dotted.key, value)`` overrides, validate it and fill
+    in what its hardware implies (:func:`simkit.spec.load_scenario` with the resolve step,
+    :func:`simkit.engine.resolve.resolve_scenario`).
+
+    A relative ``workload.path`` in the file is resolved against the file's folder; one given
+    as an override against the current folder.
+
+    Raises:
+        ConfigError: unreadable file, YAML syntax error, or invalid fields (one line each).
+    """
+    return spec.load_scenario(path, overrides, resolve=resolve_scenario)
+
+
+def scenario_from_dict(data: Any, source: str = "<scenario>") -> Scenario:
+    """Structure a plain dict (as read from YAML) into a validated, resolved :class:`Scenario`.
+
+    Raises:
+        ConfigError: one ``SOURCE: message @ $.path`` line per problem.
+    """
+    return spec.scenario_from_dict(data, source, resolve=resolve_scenario)
+
+
+def override(scenario: Scenario, changes: dict[str, Any]) -> Scenario:
+    """A copy of ``scenario`` with dotted-path ``changes`` applied, re-validated and resolved.
+
+    Example: ``override(s, {"pools.decode.workers": 8})``.
+
+    Raises:
+        ConfigError: a change makes the scenario invalid.
+    """
+    return spec.override(scenario, changes, resolve=resolve_scenario)
+
+
+def _resolved(scenario: Scenario) -> Scenario:
+    """``scenario`` resolved (idempotent: a loaded scenario comes back equal), for scenarios
+    built in Python without a loader."""
+    try:
+        return resolve_scenario(scenario)
+    except ResolveError as exc:
+        raise ConfigError([f"<scenario>: {message} @ {path}" for path, message in exc.problems]) from None
 
 
 class Simulation:
@@ -292,9 +337,11 @@ def build(scenario: Scenario, requests: Optional[Iterable[Request]] = None,
 
     Raises:
         simkit.workload.TraceError: the scenario's trace file is missing or malformed.
-        simkit.ConfigError: a ``kind: python`` policy does not import or lacks its protocol.
+        simkit.ConfigError: a ``kind: python`` policy does not import or lacks its protocol; a
+            latency model that cannot be built (a scenario made in Python without a loader).
         ValueError: request ids are not 0..N-1; ``stream`` with a closed loop.
     """
+    scenario = _resolved(scenario)
     if stream:
         stream_of = iter(requests if requests is not None else iter_workload(scenario.workload, scenario.seed))
         first = next(stream_of, None)  # a missing or malformed trace fails here, not mid-run

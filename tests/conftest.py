@@ -9,7 +9,7 @@ import os
 import pytest
 from hypothesis import settings
 
-from simkit.spec import scenario_from_dict
+from simkit import scenario_from_dict
 from simkit.core.request import Request
 from simkit.sim import simulate
 

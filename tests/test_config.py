@@ -4,15 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from simkit.spec import (
-    ConfigError,
-    dump_scenario,
-    load_scenario,
-    override,
-    parse_overrides,
-    scenario_from_dict,
-    yaml_load,
-)
+from simkit import load_scenario, override, scenario_from_dict
+from simkit.spec import ConfigError, dump_scenario, parse_overrides, yaml_load
 
 from conftest import REPO
 

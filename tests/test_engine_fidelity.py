@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from simkit.spec import scenario_from_dict
+from simkit import scenario_from_dict
 from simkit.sim import simulate
 
 from conftest import D, P, req, run

@@ -8,7 +8,8 @@ import json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from simkit.spec import ConfigError, load_scenario, parse_overrides, scenario_from_dict, yaml_load
+from simkit import load_scenario, scenario_from_dict
+from simkit.spec import ConfigError, parse_overrides, yaml_load
 from simkit.sim import simulate
 from simkit.workload import TraceError, load_trace
 from simkit.spec import TraceWorkload

@@ -104,7 +104,7 @@ def test_a_sweep_with_no_valid_point_runs_nothing(tmp_path, capsys):
 
 
 def test_a_roofline_pool_defaults_max_model_len_to_the_models_limit():
-    from simkit.spec import load_scenario
+    from simkit import load_scenario
 
     s = load_scenario(ROOFLINE, [("latency", {"kind": "roofline", "model": "Qwen3-32B", "gpu": "H200", "tp": 2})])
     # Qwen3-32B's config.json: max_position_embeddings 40960; vLLM's max_model_len default

@@ -8,7 +8,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from simkit.spec import scenario_from_dict
+from simkit import scenario_from_dict
 from simkit.core.request import Request
 from simkit.sim import build
 

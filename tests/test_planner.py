@@ -7,7 +7,8 @@ import math
 
 import pytest
 
-from simkit.spec import ConstantLatency, SlaPlanner, SlaSpec, override
+from simkit import override
+from simkit.spec import ConstantLatency, SlaPlanner, SlaSpec
 from simkit.engine.latency import ConstantModel
 from simkit.cluster.planner import Decision, PoolView, SlaPolicy, Snapshot, Traffic
 from simkit.cluster.plugins import policy_factory
@@ -221,7 +222,8 @@ def test_sla_linear_predictor_plans_for_a_rising_load():
 
 
 def test_sla_scenario_requires_a_bound():
-    from simkit.spec import ConfigError, scenario_from_dict
+    from simkit import scenario_from_dict
+    from simkit.spec import ConfigError
 
     with pytest.raises(ConfigError) as info:
         scenario_from_dict({"pools": {"aggregated": {}}, "planner": {"kind": "sla"}}, "s.yaml")
@@ -232,7 +234,7 @@ def test_planner_scenario_meets_the_sla_with_fewer_gpu_hours_than_the_smallest_s
     # scenarios/planner.yaml: diurnal 8..72 req/s. Static clusters: 4 prefill + 2 decode meets
     # the SLA for >= 95% of requests; 3 + 2 does not (nor 4 + 1, checked by hand: 18.6%), so
     # 6 GPUs is the smallest static cluster. The SLA planner must meet it on fewer GPU-hours.
-    from simkit.spec import load_scenario
+    from simkit import load_scenario
     from simkit.output.report import summarize
 
     def run(overrides):

@@ -8,7 +8,8 @@ import textwrap
 import pytest
 
 from simkit.cli import main
-from simkit.spec import ConfigError, override, scenario_from_dict
+from simkit import override, scenario_from_dict
+from simkit.spec import ConfigError
 from simkit.cluster.planner import Decision
 from simkit.cluster.plugins import policy_factory
 from simkit.sim import build, simulate
@@ -147,7 +148,7 @@ def test_a_policy_breaking_its_protocol_mid_run_stops_the_run(plugin_dir):
 
 
 def test_shipped_example_runs_its_policies():
-    from simkit.spec import load_scenario
+    from simkit import load_scenario
 
     s = load_scenario(str(REPO / "scenarios" / "custom_policies.yaml"))
     assert s.router.search_path == str(REPO / "scenarios")

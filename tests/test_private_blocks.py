@@ -10,7 +10,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from simkit.spec import scenario_from_dict
+from simkit import scenario_from_dict
 from simkit.engine.kvcache import KvCache
 from simkit.core.request import Request
 from simkit.engine.scheduler import private_suffixes

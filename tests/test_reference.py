@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from simkit.spec import load_scenario
+from simkit import load_scenario
 from simkit.output.report import summarize
 from simkit.sim import simulate
 

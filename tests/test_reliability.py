@@ -54,7 +54,7 @@ def test_check_mode_catches_a_leaked_block_with_its_time(monkeypatch):
 
 
 def test_check_mode_passes_and_changes_nothing_on_every_shipped_scenario():
-    from simkit.spec import load_scenario, override
+    from simkit import load_scenario, override
 
     for path in sorted((REPO / "scenarios").glob("*.yaml")):
         s = load_scenario(str(path))
@@ -67,7 +67,7 @@ def test_check_mode_passes_and_changes_nothing_on_every_shipped_scenario():
 
 def test_time_cap_leaves_requests_incomplete():
     s = scenario()
-    from simkit.spec import override
+    from simkit import override
 
     s = override(s, {"max_sim_time_s": 0.05})
     records = simulate(s, [req(0, 0, 1000, 50), req(1, 100, 100, 2)])
@@ -136,7 +136,8 @@ def test_argument_errors_are_one_line_exit_2(capsys, bad):
 
 
 def test_yaml_alias_bomb_is_refused_quickly(tmp_path):
-    from simkit.spec import ConfigError, load_scenario
+    from simkit import load_scenario
+    from simkit.spec import ConfigError
 
     lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
     for i in range(1, 9):
@@ -156,7 +157,8 @@ def test_yaml_alias_bomb_is_refused_quickly(tmp_path):
     ("link.latency_ms", 1e308, "'latency_ms' must be at most 1e+15"),
 ])
 def test_values_that_would_overflow_are_refused(key, value, message):
-    from simkit.spec import ConfigError, load_scenario
+    from simkit import load_scenario
+    from simkit.spec import ConfigError
 
     with pytest.raises(ConfigError) as info:
         load_scenario(str(REPO / "scenarios" / "disagg.yaml"), [(key, value)])
@@ -192,7 +194,7 @@ def test_without_chunked_prefill_a_request_whose_recompute_cannot_fit_a_pass_is_
     # chunked prefill off, so it could never be readmitted. Now it is rejected on arrival.
     pool = dict(block_size=16, num_gpu_blocks=17, max_num_batched_tokens=256, max_num_seqs=2,
                 enable_prefix_caching=False, enable_chunked_prefill=False)
-    from simkit.spec import scenario_from_dict
+    from simkit import scenario_from_dict
     from simkit.core.request import Request
 
     s = scenario_from_dict({"pools": {"prefill": dict(pool, workers=2), "decode": dict(pool, workers=1)}})

@@ -6,7 +6,8 @@ import attrs
 import pytest
 
 from simkit.cli import main
-from simkit.spec import ConfigError, RooflineLatency, scenario_from_dict
+from simkit import scenario_from_dict
+from simkit.spec import ConfigError, RooflineLatency
 from simkit.engine.latency import RooflineModel
 from simkit.engine.hardware import (Calibration, GpuSpec, HardwareError, ModelArch, load_gpu, load_model,
                              model_names)

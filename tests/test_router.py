@@ -6,7 +6,8 @@ import random
 
 import pytest
 
-from simkit.spec import KvAwareRouter, LeastLoadedRouter, SessionAffinityRouter, override, scenario_from_dict
+from simkit import override, scenario_from_dict
+from simkit.spec import KvAwareRouter, LeastLoadedRouter, SessionAffinityRouter
 from simkit.cluster.router import KvAware, LeastLoaded, SessionAffinity
 from simkit.sim import simulate
 
@@ -138,7 +139,8 @@ def test_wspt_weighs_expected_work_by_priority():
 
 
 def test_priorities_from_traces_and_synthetic_workloads(tmp_path):
-    from simkit.spec import TraceWorkload, scenario_from_dict
+    from simkit import scenario_from_dict
+    from simkit.spec import TraceWorkload
     from simkit.workload import TraceError, load_trace, synthesize
 
     path = tmp_path / "t.jsonl"

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from simkit.cli import main
-from simkit.spec import load_scenario, override
+from simkit import load_scenario, override
 from simkit.output.report import summarize
 from simkit.sim import build
 from simkit.output.spool import RequestSpool

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from simkit.spec import SyntheticWorkload, TraceWorkload, scenario_from_dict
+from simkit import scenario_from_dict
+from simkit.spec import SyntheticWorkload, TraceWorkload
 from simkit.workload import TraceError, load_trace, synthesize
 
 

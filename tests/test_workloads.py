@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from simkit.spec import TraceWorkload, override
+from simkit import override
+from simkit.spec import TraceWorkload
 from simkit.sim import simulate
 from simkit.workload import TraceError, detect_format, load_trace
 
@@ -173,7 +174,8 @@ def test_weka_flat_requests_rebuild_prefixes_and_threads(tmp_path):
 
 
 def test_sessions_per_s_is_refused_for_formats_with_a_clock():
-    from simkit.spec import ConfigError, scenario_from_dict
+    from simkit import scenario_from_dict
+    from simkit.spec import ConfigError
 
     with pytest.raises(ConfigError) as info:
         scenario_from_dict({"pools": {"aggregated": {}}, "workload": {"kind": "trace", "path": "x.jsonl",

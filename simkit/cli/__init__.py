@@ -22,10 +22,10 @@ import time
 from typing import Optional, Sequence
 
 from simkit import __version__
-from simkit.spec import ConfigError, load_scenario, parse_overrides
+from simkit.spec import ConfigError, parse_overrides
 from simkit.output.files import write_run
 from simkit.output.report import render_text, summarize
-from simkit.sim import build
+from simkit.sim import build, load_scenario
 from simkit.workload import TraceError
 
 
@@ -279,7 +279,8 @@ def step_main(argv: Sequence[str]) -> int:
     args = _step_parser().parse_args(argv)
     from simkit.spec import RooflineLatency
     from simkit.engine.latency import RooflineModel
-    from simkit.engine.hardware import HardwareError, load_gpu, load_model
+    from simkit.engine.hardware import HardwareError, kv_capacity_blocks, load_gpu, load_model
+    from simkit.engine.resolve import check_latency
 
     try:
         items = args.decode_contexts.split(",") if args.decode_contexts.strip() else []
@@ -301,7 +302,8 @@ def step_main(argv: Sequence[str]) -> int:
         spec = RooflineLatency(model=args.model, gpu=args.gpu, tensor_parallel_size=args.tp,
                                precision=args.precision, kv_cache_dtype=args.kv_cache_dtype,
                                backend=args.backend)
-        spec.num_gpu_blocks(16)  # the weights must leave room for KV, as a scenario requires
+        check_latency(spec)  # the tensor-parallel size must split the heads
+        kv_capacity_blocks(spec, 16)  # the weights must leave room for KV, as a scenario requires
     except (HardwareError, ValueError) as exc:
         return _fail([f"simkit step: {exc}"])
     longest = load_model(args.model).max_position_embeddings

@@ -22,7 +22,7 @@ import shutil
 import sys
 from typing import Any, Optional, Sequence
 
-from simkit.spec import ConfigError, load_scenario, yaml_load
+from simkit.spec import ConfigError, yaml_load
 
 #: summary values copied into the sweep table, as (column, path in summary.json)
 COLUMNS = [
@@ -72,7 +72,7 @@ def _run_one(scenario_path: str, overrides: list, out_dir: str) -> dict:
     """
     from simkit.output.files import write_run
     from simkit.output.report import summarize
-    from simkit.sim import build
+    from simkit.sim import build, load_scenario
     from simkit.workload import TraceError
 
     try:
@@ -106,6 +106,7 @@ def _get(summary: dict, path: tuple) -> Any:
 
 def main(argv: Sequence[str]) -> int:
     from simkit.cli import _Parser, _fail, _check_out, parse_overrides
+    from simkit.sim import load_scenario
 
     p = _Parser(prog="python -m simkit sweep", description="Run every combination of --grid values.")
     p.add_argument("scenario")

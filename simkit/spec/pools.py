@@ -1,0 +1,204 @@
+"""Pool specs: one pool of identical workers and its engine settings (:class:`PoolSpec`, with
+vLLM's knob names), the SGLang and TRT-LLM scheduler settings, and the pools of a scenario
+(aggregated, or prefill + decode). The schedulers themselves are in :mod:`simkit.engine.scheduler`.
+
+Imports :mod:`simkit.spec.base` and :mod:`simkit.spec.latency` (a pool may have its own latency
+model).
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from attrs import field, frozen
+
+from simkit.spec.base import _at_most, _count, _non_negative, _nonneg, _pos, _positive, _tokens
+from simkit.spec.latency import LatencySpec
+
+#: KV blocks per worker when a pool leaves ``num_gpu_blocks`` unset and the latency model does
+#: not derive it (the reference mocker's default)
+DEFAULT_NUM_GPU_BLOCKS = 16384
+
+
+@frozen
+class SglangSpec:
+    """SGLang scheduler settings (``backend: sglang``), with SGLang's names and defaults (the
+    reference's too). SGLang's ``page_size`` is the pool's ``block_size``.
+
+    A pass is either an extend (prefill) pass or a decode pass, never mixed: while waiting
+    prompts can be admitted, running requests do not decode. An extend pass admits waiting
+    requests in ``schedule_policy`` order (fifo: arrival; lpm: longest cached prefix first,
+    fifo beyond 128 waiting) while ``max_num_seqs`` allows and each fits three budgets: the
+    chunk budget ``chunked_prefill_size`` (null: ``max_num_batched_tokens``), which a prompt
+    longer than what is left of it takes in a page-aligned chunk; ``max_prefill_tokens`` for
+    the prompts admitted whole; and the KV tokens left after reserving, for every running
+    request, ``new_token_ratio`` x its remaining output clipped to ``clip_max_new_tokens``
+    (the candidate reserves its own clipped output in full). ``new_token_ratio`` starts at
+    0.7 x ``schedule_conservativeness``, decays linearly over 600 passes to 0.14 of that, and
+    resets when a decode pass must retract: a decode pass that cannot grow every running
+    request by a token retracts the one with the fewest output tokens (its KV freed, its
+    progress recomputed later) until it can.
+
+    ``enable_mixed_chunk`` (SGLang's ``--enable-mixed-chunk``; only with chunked prefill, as
+    SGLang's ``is_mixed_chunk``): an extend pass also decodes every running request that has
+    its first token, and its chunk, ``max_prefill_tokens`` and KV budgets are first reduced by
+    one token per such request (``PrefillAdder``'s ``mixed_with_decode_tokens``; sources:
+    SGLang ``scheduler.py`` ``get_new_batch_prefill`` and ``schedule_batch.py``
+    ``mix_with_running``). Where the running requests' next tokens would need more pages than
+    are free, that extend pass runs without them and they decode in the next pass (which
+    retracts as a decode pass does; SGLang allocates without a check there). Aggregated
+    pools only (refused on prefill and decode pools). As in SGLang, a chunk budget not much
+    above the running requests leaves prompts less than a page: they wait until fewer run.
+    """
+
+    schedule_policy: Literal["fifo", "lpm"] = "fifo"
+    max_prefill_tokens: int = field(default=16384, validator=_tokens)  #: tokens per extend pass
+    chunked_prefill_size: Optional[int] = field(default=None, validator=_tokens)  #: tokens
+    clip_max_new_tokens: int = field(default=4096, validator=_tokens)  #: tokens
+    schedule_conservativeness: float = field(default=1.0, validator=_pos + [_at_most(100)])
+    #: charge ``max_prefill_tokens`` and the KV budget with the chunk a prompt takes in the
+    #: pass, as the reference does, instead of its whole remaining prompt as SGLang's
+    #: PrefillAdder does (there a long prompt waits for a pass of its own once another prompt
+    #: is admitted and it exceeds what is left of ``max_prefill_tokens``). Measured: a 1000-
+    #: and a 20000-token prompt arriving together share the reference's first pass (8168
+    #: tokens); SGLang runs the 1000 alone.
+    budgets_count_chunks: bool = False
+    #: extend passes decode the running requests too (SGLang ``--enable-mixed-chunk``)
+    enable_mixed_chunk: bool = False
+
+
+@frozen
+class TrtllmSpec:
+    """TRT-LLM scheduler settings (``backend: trtllm``), with TRT-LLM's names and defaults
+    (``TorchLlmArgs``; 0 disables each).
+
+    Batch waiting (TRT-LLM's ``PyExecutor._waiting_requests``): when a pass would run both
+    context (prefill) requests and generation (decode) requests, its context requests are held
+    back, and the pass decodes only, until ``batch_wait_timeout_iters`` such passes have
+    been held or the scheduled tokens (the whole prompts of the context requests plus one per
+    decode) reach ``batch_wait_max_tokens_ratio`` x ``max_num_batched_tokens`` (TRT-LLM's
+    ``max_num_tokens``); then they run and the count restarts. A pass without decodes never
+    waits. It trades TTFT for larger prefill batches (InferenceMAX runs Llama-3.1-70B 1k/1k
+    this way: 20 passes, ratio 0.9).
+    """
+
+    batch_wait_timeout_iters: int = field(default=0, validator=[_non_negative, _at_most(1_000_000)])  #: passes
+    batch_wait_max_tokens_ratio: float = field(default=0.0, validator=_nonneg + [_at_most(1)])
+
+
+@frozen
+class PoolSpec:
+    """One pool of identical workers and their vLLM-like engine settings.
+
+    Defaults are the reference mocker's (``block_size`` 64, ``num_gpu_blocks`` 16384) and
+    vLLM's (``max_num_batched_tokens`` 8192, ``max_num_seqs`` 256).
+    """
+
+    workers: int = field(default=1, validator=[_positive, _at_most(10_000)])  #: workers in the pool
+    block_size: int = field(default=64, validator=_tokens)  #: tokens per KV cache block
+    #: KV cache blocks per worker; null: from GPU memory with a roofline latency model, else 16384
+    num_gpu_blocks: Optional[int] = field(default=None, validator=_tokens)
+    max_num_batched_tokens: int = field(default=8192, validator=_tokens)  #: token budget per pass
+    max_num_seqs: int = field(default=256, validator=_count)  #: running requests per pass
+    #: longest request (prompt + output tokens) a worker serves, as vLLM's max_model_len;
+    #: longer ones are rejected and counted. null: limited only by the KV cache
+    max_model_len: Optional[int] = field(default=None, validator=_tokens)
+    enable_prefix_caching: bool = True
+    enable_chunked_prefill: bool = True
+    #: GPUs of one worker are ``tensor_parallel_size`` x ``data_parallel_size``. They count
+    #: GPU-hours and the planner's GPU budget; the latency model is per worker and does not
+    #: change with them (give it the pass times of the whole TP x DP engine)
+    tensor_parallel_size: int = field(default=1, validator=[_positive, _at_most(1024)])
+    data_parallel_size: int = field(default=1, validator=[_positive, _at_most(1024)])
+    #: planner only: a new worker is provisioned (counted) this long before it is routable
+    startup_time_s: float = field(default=0.0, validator=_nonneg)
+    #: planner only: bounds of the pool's target worker count (``max_workers`` null: only the
+    #: GPU budget bounds it)
+    min_workers: int = field(default=1, validator=[_non_negative, _at_most(10_000)])
+    max_workers: Optional[int] = field(default=None, validator=[_positive, _at_most(10_000)])
+
+    #: this pool's latency model when it differs from the scenario's (e.g. prefill and decode
+    #: workers with different tensor_parallel_size); null: the scenario's ``latency``
+    latency: Optional[LatencySpec] = None
+
+    #: which running request gives up its KV under memory pressure: the newest (lifo, vLLM's
+    #: default) or the oldest (fifo)
+    preemption_mode: Literal["lifo", "fifo"] = "lifo"
+    #: the engine whose scheduler the workers follow: vllm (default), trtllm (vLLM's core with
+    #: TRT-LLM's GUARANTEED_NO_EVICT capacity scheduler: a request is admitted only when its
+    #: whole prompt + output fits beside what running requests still may need, so nothing is
+    #: ever preempted) or sglang (see ``sglang``)
+    backend: Literal["vllm", "sglang", "trtllm"] = "vllm"
+    #: the engine schedules each pass while the previous one runs (vLLM's
+    #: ``--async-scheduling``; SGLang's overlap scheduler and TRT-LLM's overlap scheduler work
+    #: the same way): a request or handoff that reaches a worker during a pass misses the
+    #: pass already formed and joins the one after (a worker that was idle takes it at once)
+    async_scheduling: bool = False
+    #: SGLang scheduler settings; only with ``backend: sglang``
+    sglang: SglangSpec = field(factory=SglangSpec)
+    #: TRT-LLM scheduler settings; only with ``backend: trtllm``
+    trtllm: TrtllmSpec = field(factory=TrtllmSpec)
+
+    def __attrs_post_init__(self) -> None:
+        if self.backend != "sglang" and self.sglang != SglangSpec():
+            raise ValueError("'sglang' settings apply only to backend: sglang")
+        if self.sglang.enable_mixed_chunk and not self.enable_chunked_prefill:
+            raise ValueError("'sglang.enable_mixed_chunk' needs 'enable_chunked_prefill': true (SGLang "
+                             "mixes decodes only into chunked-prefill passes)")
+        if self.backend == "sglang" and self.enable_chunked_prefill:
+            chunk = self.sglang.chunked_prefill_size or self.max_num_batched_tokens
+            if chunk < self.block_size:
+                what = ("'sglang.chunked_prefill_size'" if self.sglang.chunked_prefill_size
+                        else "'max_num_batched_tokens' (the chunk budget)")
+                raise ValueError(f"{what} ({chunk}) must be at least 'block_size' ({self.block_size}): "
+                                 "SGLang cuts a long prompt into whole pages of the chunk budget")
+        if self.backend != "trtllm" and self.trtllm != TrtllmSpec():
+            raise ValueError("'trtllm' settings apply only to backend: trtllm")
+        if self.backend != "vllm" and self.preemption_mode != "lifo":
+            raise ValueError(f"'preemption_mode' applies only to backend: vllm ({self.backend} "
+                             "never preempts by it)")
+        if self.max_workers is not None and not self.min_workers <= self.workers <= self.max_workers:
+            raise ValueError(f"need min_workers ({self.min_workers}) <= workers ({self.workers}) "
+                             f"<= max_workers ({self.max_workers})")
+        if self.min_workers > self.workers:
+            raise ValueError(f"need min_workers ({self.min_workers}) <= workers ({self.workers})")
+
+    @property
+    def gpus_per_worker(self) -> int:
+        """GPUs one worker occupies: tensor_parallel_size x data_parallel_size."""
+        return self.tensor_parallel_size * self.data_parallel_size
+
+
+@frozen
+class PoolsSpec:
+    """Either ``aggregated`` (one pool serving prefill and decode) or ``prefill`` + ``decode``
+    (disaggregated serving, joined by the KV handoff link)."""
+
+    aggregated: Optional[PoolSpec] = None
+    prefill: Optional[PoolSpec] = None
+    decode: Optional[PoolSpec] = None
+
+    def __attrs_post_init__(self) -> None:
+        if self.aggregated is not None:
+            if self.prefill is not None or self.decode is not None:
+                raise ValueError("give either 'aggregated' or 'prefill' and 'decode', not both")
+        elif self.prefill is None or self.decode is None:
+            raise ValueError("give either 'aggregated' or both 'prefill' and 'decode'")
+        else:
+            for name, pool in (("prefill", self.prefill), ("decode", self.decode)):
+                if pool.sglang.enable_mixed_chunk:
+                    raise ValueError(f"'{name}': 'sglang.enable_mixed_chunk' applies only to an aggregated "
+                                     "pool (it mixes decodes into the passes that prefill)")
+
+    @property
+    def mode(self) -> str:
+        """``"aggregated"`` or ``"disaggregated"``."""
+        return "aggregated" if self.aggregated is not None else "disaggregated"
+
+    def named(self) -> list[tuple[str, PoolSpec]]:
+        """The pools in start order: ``[("aggregated", spec)]`` or prefill then decode."""
+        if self.aggregated is not None:
+            return [("aggregated", self.aggregated)]
+        return [("prefill", self.prefill), ("decode", self.decode)]  # type: ignore[list-item]
+
+
