@@ -1,4 +1,4 @@
-"""Fit the roofline model's efficiencies and overheads per GPU; writes simkit/data/calibration.json.
+"""Fit the roofline model's efficiencies and overheads per GPU; writes simkit/engine/data/calibration.json.
 
     python benchmarks/calibrate_roofline.py [--vidur ../shared/data/vidur_profiling]
 

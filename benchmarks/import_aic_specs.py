@@ -1,4 +1,5 @@
-"""Regenerate simkit/data/gpus.json and simkit/data/models/*.json from an aiconfigurator-core wheel.
+"""Regenerate simkit/engine/data/gpus.json and simkit/engine/data/models/*.json from an
+aiconfigurator-core wheel.
 
     pip download aiconfigurator-core --no-deps -d /tmp/aic
     python benchmarks/import_aic_specs.py /tmp/aic/aiconfigurator_core-*.whl

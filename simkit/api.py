@@ -3,7 +3,7 @@
 ``run(scenario, overrides)`` loads (from a YAML path or a dict), overrides, simulates and
 returns a :class:`Result`: the summary, the per-request rows as a pandas DataFrame, the raw
 records and plot helpers; ``Result.save(dir)`` writes the CLI's files and
-:func:`load_result` reads them back (records aside). Layer L6.
+:func:`load_result` reads them back (records aside). The Python face: may import every package but the CLI.
 """
 
 from __future__ import annotations

@@ -4,10 +4,16 @@
 the handoff link (disaggregated), the router, the source and, with a ``planner``, the GPU
 budget and the planner, and starts their processes in a fixed order (workers by pool then id,
 router, source, planner), which fixes same-instant tie-breaks; workers the planner adds later
-start when they become active and rank after the pool's earlier workers. ``Simulation.run()`` runs until every request has ended (or
-``max_sim_time_s``) and returns :class:`~simkit.core.records.RunRecords`.
+start when they become active and rank after the pool's earlier workers. ``Simulation.run()``
+runs until every request has ended (or ``max_sim_time_s``) and returns
+:class:`~simkit.core.records.RunRecords`.
 
-Layer L4: the only module that imports all of L3.
+The public loaders ``load_scenario``, ``scenario_from_dict`` and ``override`` live here too:
+they bind the spec loaders (:mod:`simkit.spec`) to the resolve step
+(:mod:`simkit.engine.resolve`), the one place where specs meet the hardware.
+
+The only module that imports the cluster's processes, the workload readers and the engine
+together (docs/architecture.md); never output or the CLI.
 """
 
 from __future__ import annotations

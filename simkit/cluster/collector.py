@@ -11,7 +11,7 @@ follows the requests in flight, not the trace length). Token times are kept per 
 compact ``array('d')`` buffers when asked for. ``all_done`` succeeds when every request has
 ended: all ``expected`` of them, or, for a streamed workload of unknown length, all that the
 source released once it reports (:meth:`Collector.expect`) how many there were.
-Layer L3: owns one SimPy ``Event``.
+Part of :mod:`simkit.cluster`: owns one SimPy ``Event``.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ propagation latency, the split ns.py makes between a port and a wire. After the 
 source worker gets a ``Released`` message and frees the KV it kept reserved (REFERENCE.md s5).
 With ``timing_mode: destination_missing`` the decode worker is chosen before the transfer and
 only the prompt KV it lacks is serialised.
-Layer L3.
+Part of :mod:`simkit.cluster`.
 """
 
 from __future__ import annotations

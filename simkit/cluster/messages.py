@@ -1,6 +1,6 @@
 """Messages and mailboxes shared by the SimPy components.
 
-Layer L3 base: the worker, the link and the router exchange these instead of importing each
+The base of :mod:`simkit.cluster`: the worker, the link and the router exchange these instead of importing each
 other's classes.
 """
 

@@ -26,7 +26,7 @@ or ``simkit.run(..., planner=obj)``): the class is built as ``ClassName(params)`
 every pool it wants to change (pools left out keep their target) and, optionally, the delay
 to its next tick (``Decision(targets, next_tick_s)``; default ``interval_s``).
 
-Layer L3: simpy for the tick loop only; the policies are plain classes.
+Part of :mod:`simkit.cluster`: simpy for the tick loop only; the policies are plain classes.
 """
 
 from __future__ import annotations

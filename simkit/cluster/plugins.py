@@ -7,7 +7,7 @@ time as ``ClassName(params)`` so a bad constructor fails before the run. Every f
 :class:`~simkit.spec.ConfigError` line naming the field: ``$.router.path: module
 'policies.x' has no class 'Y'``.
 
-Layer L1: imports config and the standard library only.
+Part of :mod:`simkit.cluster`: imports specs and the standard library only.
 """
 
 from __future__ import annotations

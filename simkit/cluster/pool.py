@@ -24,7 +24,7 @@ states. A worker's life is::
   starting) for 2 s = 5.0 worker-seconds. GPU-seconds are worker-seconds x GPUs per worker.
   Every change of the three counts is logged (``changes``) for the time series.
 
-Layer L3: simpy (``Container``, processes, events); workers come from a factory.
+Part of :mod:`simkit.cluster`: simpy (``Container``, processes, events); workers come from a factory.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The observation interface model code knows: one call per fact, no aggregation.
 
-Layer L3: model processes call a :class:`Probe`; the collector implements it; tests may use
+Part of :mod:`simkit.cluster`: model processes call a :class:`Probe`; the collector implements it; tests may use
 :class:`NullProbe`. Times are simulation seconds.
 """
 

@@ -5,7 +5,7 @@ inbox of the prefill (or aggregated) worker its policy picks; ``dispatch_handoff
 same, with its own policy object, for requests whose KV reached the decode side. Policies read
 read-only snapshots of the workers (:class:`Routable`): KV blocks in use, queued prefill
 tokens and prompt blocks cached; ties are broken by a seeded random stream, so runs replay.
-Layer L3.
+Part of :mod:`simkit.cluster`.
 """
 
 from __future__ import annotations

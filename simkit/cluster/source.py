@@ -23,7 +23,7 @@ memory follows the requests in flight, not the workload's length. A dependent mu
 before what it waits for ends (the synthetic generator yields a session's turns right after
 its first one); closed loop needs the whole workload and does not stream.
 
-Layer L3: a timeout loop plus timeout callbacks for dependent releases.
+Part of :mod:`simkit.cluster`: a timeout loop plus timeout callbacks for dependent releases.
 """
 
 from __future__ import annotations

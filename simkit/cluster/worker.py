@@ -14,7 +14,7 @@ whose boundaries fall on the same instant form their batches in worker order (``
 prefill pool first, then decode, each by index), as the reference drives idle workers in index
 order; so passes that end together are applied in that order too.
 
-Layer L3: imports simpy, scheduler, engine, probe.
+Part of :mod:`simkit.cluster`: imports simpy, the engine's scheduler and latency model, probe.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Flat, frozen output rows: the contract between a simulation and its analysis.
 
 Times are simulation seconds (``*_at``) and durations seconds (``*_s``); reports convert to
-milliseconds. Layer L1.
+milliseconds. Part of :mod:`simkit.core`.
 """
 
 from __future__ import annotations

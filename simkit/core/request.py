@@ -1,6 +1,6 @@
 """The immutable description of one request, as every workload source produces it.
 
-Layer L1: plain attrs, no SimPy.
+Part of :mod:`simkit.core`: plain attrs, no SimPy.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 ``RngStreams(seed).get("arrivals")`` is ``random.Random(f"{seed}/arrivals")``: Python seeds a
 ``Random`` from a string through SHA-512, so a stream is the same in every process and under
 every ``PYTHONHASHSEED``. Each component draws from its own stream, so adding randomness in one
-place never shifts another. Layer L0.
+place never shifts another. Part of :mod:`simkit.core`.
 """
 
 from __future__ import annotations

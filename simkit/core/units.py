@@ -1,6 +1,6 @@
 """Unit conversion constants, used only at the boundaries (loaders, reports).
 
-Simulation time is always seconds. Layer L0: imports nothing from simkit.
+Simulation time is always seconds. Part of :mod:`simkit.core`: imports nothing from simkit.
 """
 
 S_PER_MS = 1e-3  #: seconds in one millisecond

@@ -2,12 +2,12 @@
 
 ``load_model(name_or_path)`` reads a shipped config (``Llama-3.1-8B``, ``Llama-3.1-70B``,
 ``Qwen3-32B``, ``Qwen3-235B-A22B``, ``gpt-oss-120b``, ``DeepSeek-V3``; see
-``simkit/data/NOTICE.md`` for their source) or any ``config.json`` path, into a frozen
+``simkit/engine/data/NOTICE.md`` for their source) or any ``config.json`` path, into a frozen
 :class:`ModelArch`. ``load_gpu(name)`` returns a :class:`GpuSpec` (A100, H100, H200, B200,
 GB200, B300, L40S) with dense tensor-core TFLOPS per precision, HBM bandwidth and capacity and
 interconnect figures from aiconfigurator-core's ``systems/*.yaml`` (Apache-2.0).
 ``load_calibration(gpu)`` returns the fitted efficiencies and overheads of
-``simkit/data/calibration.json`` (``benchmarks/calibrate_roofline.py``).
+``simkit/engine/data/calibration.json`` (``benchmarks/calibrate_roofline.py``).
 
 Parameter and KV sizes follow the architectures' definitions: grouped-query attention
 (Llama, Qwen), gated (SwiGLU) MLPs of three ``hidden x intermediate`` matrices, mixture of
@@ -16,7 +16,7 @@ experts (routed experts, experts per token, shared experts, leading dense layers
 holds ``kv_lora_rank + qk_rope_head_dim`` values per token and layer) and sliding-window
 layers (gpt-oss ``layer_types``).
 
-Layer L1: reads only package data and the config.json a scenario names (json; no simulation).
+Part of :mod:`simkit.engine`: reads only package data and the config.json a scenario names (json; no simulation).
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ freeing returns a request's blocks to the queue's tail in reverse block order (i
 tail blocks first, then its keyed blocks last to first), so a prompt's last blocks are evicted
 before its first ones (as vLLM's free-block queue does).
 
-Layer L2: pure bookkeeping, no SimPy. Deliberately not a SimPy ``Container``: admission is a
+Part of :mod:`simkit.engine`: pure bookkeeping, no SimPy. Deliberately not a SimPy ``Container``: admission is a
 scheduler decision made at a pass boundary, not a blocking wait (ARCHITECTURE.md 2.4).
 """
 

@@ -7,7 +7,7 @@ per-request rows, so two runs can be compared at a glance), ``requests.jsonl``,
 the passes, when they were recorded), with a planner ``workers.csv`` (each pool's workers by
 state at every change), ``planner_samples.csv`` (what the planner saw at each tick) and
 ``planner.png``, and ``run_info.json`` (the only file with
-wall-clock facts). Layer L6.
+wall-clock facts). Part of :mod:`simkit.output`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Matplotlib figures of run records. Each function returns a ``Figure``; nothing is shown
 or saved here (the output writer saves). matplotlib is imported lazily, inside functions.
 
-Layer L5.
+Part of :mod:`simkit.output`; the only matplotlib importer.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A progress bar for long runs (tqdm): requests ended and simulated time, updated from the
 collector's end-of-request notifications (no simulation events are added, so results are
-unchanged). Layer L6."""
+unchanged). Part of :mod:`simkit.output`."""
 
 from __future__ import annotations
 

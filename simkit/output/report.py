@@ -7,7 +7,7 @@ k = ceil(q/100 * n)), over completed requests, as in the reference. Throughput d
 duration, the time of the last completion. Goodput counts completed requests that meet every
 SLA bound given.
 
-Layer L5: imports records and config only; never sees a live environment.
+Part of :mod:`simkit.output`: imports records and specs only; never sees a live environment.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ the file as a Parquet row group. Afterwards the spool is a read-only sequence of
 :class:`~simkit.core.records.RequestRecord` in the order they were written (ended requests in
 completion order, then the incomplete ones), read back a batch at a time, and
 :meth:`RequestSpool.columns` gives whole columns as numpy arrays for summaries.
-Layer L2: pyarrow and numpy, no SimPy.
+Part of :mod:`simkit.output`: pyarrow and numpy, no SimPy.
 """
 
 from __future__ import annotations

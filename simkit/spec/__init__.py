@@ -15,12 +15,12 @@ Engine knob names follow vLLM (``max_num_seqs``, ``max_num_batched_tokens``, ``b
 """
 
 from simkit.spec.base import MAX_FLOAT, ConfigError, FieldValueError, ResolveError
-from simkit.spec.cluster import (KvAwareRouter, LeastLoadedRouter, LinkSpec, PlannerSpec, PythonPlanner, PythonRouter,
-                                 RoundRobinRouter, RouterQueueSpec, RouterSpec, SessionAffinityRouter, SlaPlanner,
-                                 SlaSpec, StaticPlanner, ThresholdPlanner)
+from simkit.spec.cluster import (KvAwareRouter, LeastLoadedRouter, LinkSpec, PlannerSpec, PythonPlanner,
+                                 PythonRouter, RoundRobinRouter, RouterQueueSpec, RouterSpec,
+                                 SessionAffinityRouter, SlaPlanner, SlaSpec, StaticPlanner, ThresholdPlanner)
 from simkit.spec.convert import Resolve, converter, scenario_from_dict, to_dict
-from simkit.spec.latency import (AicLatency, ConstantLatency, DeploymentLatency, LatencySpec, PolynomialLatency,
-                                 RooflineLatency, TableLatency)
+from simkit.spec.latency import (AicLatency, ConstantLatency, DeploymentLatency, LatencySpec,
+                                 PolynomialLatency, RooflineLatency, TableLatency)
 from simkit.spec.loader import MAX_VALUES, dump_scenario, load_scenario, override, parse_overrides, yaml_load
 from simkit.spec.pools import DEFAULT_NUM_GPU_BLOCKS, PoolSpec, PoolsSpec, SglangSpec, TrtllmSpec
 from simkit.spec.scenario import Scenario
@@ -30,14 +30,16 @@ from simkit.spec.workload import (ArrivalSpec, ConstantArrival, DiurnalArrival, 
                                   SyntheticWorkload, TraceWorkload, UniformLength, WorkloadSpec, ZipfLength)
 
 __all__ = [
-    "AicLatency", "ArrivalSpec", "ConfigError", "ConstantArrival", "ConstantLatency", "DEFAULT_NUM_GPU_BLOCKS",
-    "DeploymentLatency", "DiurnalArrival", "EmpiricalLength", "FieldValueError", "FixedLength", "GammaArrival",
-    "KvAwareRouter", "LatencySpec", "LeastLoadedRouter", "LengthSpec", "LinkSpec", "LognormalLength", "MAX_FLOAT",
-    "MAX_VALUES", "NormalLength", "PiecewiseArrival", "PlannerSpec", "PoissonArrival", "PolynomialLatency",
-    "PoolSpec", "PoolsSpec", "PriorityClass", "PythonPlanner", "PythonRouter", "RateSegment", "Resolve",
-    "ResolveError", "RooflineLatency", "RoundRobinRouter", "RouterQueueSpec", "RouterSpec", "Scenario",
-    "SessionAffinityRouter", "SglangSpec", "SharedPrefix", "SlaPlanner", "SlaSpec", "StaticPlanner",
-    "SyntheticSessions", "SyntheticWorkload", "TableLatency", "ThresholdPlanner", "TraceWorkload", "TrtllmSpec",
-    "UniformLength", "WorkloadSpec", "ZipfLength", "converter", "dump_scenario", "load_scenario", "override",
-    "parse_overrides", "scenario_from_dict", "to_dict", "yaml_load",
+    "AicLatency", "ArrivalSpec", "ConfigError", "ConstantArrival", "ConstantLatency",
+    "DEFAULT_NUM_GPU_BLOCKS", "DeploymentLatency", "DiurnalArrival", "EmpiricalLength",
+    "FieldValueError", "FixedLength", "GammaArrival", "KvAwareRouter", "LatencySpec",
+    "LeastLoadedRouter", "LengthSpec", "LinkSpec", "LognormalLength", "MAX_FLOAT", "MAX_VALUES",
+    "NormalLength", "PiecewiseArrival", "PlannerSpec", "PoissonArrival", "PolynomialLatency",
+    "PoolSpec", "PoolsSpec", "PriorityClass", "PythonPlanner", "PythonRouter", "RateSegment",
+    "Resolve", "ResolveError", "RooflineLatency", "RoundRobinRouter", "RouterQueueSpec",
+    "RouterSpec", "Scenario", "SessionAffinityRouter", "SglangSpec", "SharedPrefix", "SlaPlanner",
+    "SlaSpec", "StaticPlanner", "SyntheticSessions", "SyntheticWorkload", "TableLatency",
+    "ThresholdPlanner", "TraceWorkload", "TrtllmSpec", "UniformLength", "WorkloadSpec",
+    "ZipfLength", "converter", "dump_scenario", "load_scenario", "override", "parse_overrides",
+    "scenario_from_dict", "to_dict", "yaml_load",
 ]

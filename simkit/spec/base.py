@@ -12,6 +12,7 @@ from typing import Any
 
 import attrs
 
+
 class ConfigError(Exception):
     """A scenario (or command-line override) is invalid.
 

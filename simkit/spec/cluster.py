@@ -12,6 +12,7 @@ from attrs import field, frozen
 
 from simkit.spec.base import _at_least, _at_most, _count, _non_negative, _nonneg, _pos, _positive, _tokens
 
+
 @frozen
 class LinkSpec:
     """The KV-cache handoff link between the prefill and the decode pool.

@@ -20,17 +20,16 @@ from cattrs.gen import make_dict_structure_fn
 
 from simkit.spec.base import ConfigError, FieldValueError, ResolveError
 from simkit.spec.cluster import (KvAwareRouter, LeastLoadedRouter, PlannerSpec, PythonPlanner, PythonRouter,
-                                 RoundRobinRouter, RouterSpec, SessionAffinityRouter, SlaPlanner, StaticPlanner,
-                                 ThresholdPlanner)
-from simkit.spec.latency import (_LATENCY_ALIASES, AicLatency, ConstantLatency, DeploymentLatency, LatencySpec,
-                                 PolynomialLatency, RooflineLatency, TableLatency)
+                                 RoundRobinRouter, RouterSpec, SessionAffinityRouter, SlaPlanner,
+                                 StaticPlanner, ThresholdPlanner)
+from simkit.spec.latency import (_LATENCY_ALIASES, AicLatency, ConstantLatency, DeploymentLatency,
+                                 LatencySpec, PolynomialLatency, RooflineLatency, TableLatency)
 from simkit.spec.pools import PoolsSpec
 from simkit.spec.scenario import Scenario
 from simkit.spec.workload import (ArrivalSpec, ConstantArrival, DiurnalArrival, EmpiricalLength, FixedLength,
                                   GammaArrival, LengthSpec, LognormalLength, NormalLength, PiecewiseArrival,
-                                  PoissonArrival, SyntheticWorkload, TraceWorkload, UniformLength, WorkloadSpec,
-                                  ZipfLength)
-
+                                  PoissonArrival, SyntheticWorkload, TraceWorkload, UniformLength,
+                                  WorkloadSpec, ZipfLength)
 
 _UNIONS: dict[Any, dict[str, type]] = {
     LengthSpec: {"fixed": FixedLength, "uniform": UniformLength, "lognormal": LognormalLength,

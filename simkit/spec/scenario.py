@@ -14,8 +14,8 @@ import attrs
 from attrs import field, frozen
 
 from simkit.spec.base import _pos
-from simkit.spec.cluster import (LinkSpec, PlannerSpec, RoundRobinRouter, RouterQueueSpec, RouterSpec, SlaPlanner,
-                                 SlaSpec)
+from simkit.spec.cluster import (LinkSpec, PlannerSpec, RoundRobinRouter, RouterQueueSpec, RouterSpec,
+                                 SlaPlanner, SlaSpec)
 from simkit.spec.latency import DeploymentLatency, LatencySpec, PolynomialLatency
 from simkit.spec.pools import PoolsSpec
 from simkit.spec.workload import SyntheticWorkload, WorkloadSpec

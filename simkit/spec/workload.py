@@ -13,6 +13,7 @@ from attrs import field, frozen
 
 from simkit.spec.base import _at_least, _at_most, _count, _finite, _nonneg, _pos, _positive, _rate, _tokens
 
+
 @frozen
 class FixedLength:
     """Every request has ``value`` tokens."""
