@@ -1,0 +1,170 @@
+"""Reading a workload: :func:`load_trace` and :func:`stream_trace` pick a format's reader from
+:data:`READERS` (``format: auto`` asks :func:`~simkit.workload.detect.detect_format`) and turn
+its rows into requests (ids, time zero, speedup, sessions and dependencies);
+:func:`load_workload` and :func:`iter_workload` also take a synthetic workload.
+
+To add a trace format ``NAME``:
+
+1. Write ``simkit/workload/NAME.py`` (or add to the module of its family: ``csv.py`` for a
+   CSV dialect, ``weka.py`` for a kv-cache-tester variant) with ``NAME_rows(spec:
+   TraceWorkload)``, a function (usually a generator) yielding one
+   :class:`~simkit.workload.common.Row` per request in file order. Read lines with
+   :func:`~simkit.workload.common.read_lines`, parse fields with the helpers in
+   :mod:`simkit.workload.common`, and raise :class:`~simkit.workload.common.TraceError`
+   ``(path, line, "what was found; what was expected")`` for a malformed line. Times stay in
+   the file's milliseconds: rebasing, the speedup and seconds are this module's.
+2. Register it in :data:`READERS` below under ``"NAME"``.
+3. Add ``"NAME"`` to the ``format`` literals of ``TraceWorkload`` and ``EmpiricalLength`` in
+   :mod:`simkit.spec`, and describe it in the ``TraceWorkload`` docstring, the ``--trace``
+   help in :mod:`simkit.cli` and the README's scenario reference.
+4. If its first line tells it apart, add a rule to
+   :func:`~simkit.workload.detect.detect_format` (else ``format: NAME`` must be set).
+5. Test it beside the other formats in ``tests/test_workloads.py`` (malformed lines and their
+   ``FILE:LINE`` messages as in ``tests/test_trace.py``; ``tests/test_streaming.py`` if it can
+   be streamed).
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import attrs
+
+from simkit.spec import TraceWorkload, WorkloadSpec
+from simkit.core.request import Request
+from simkit.core.units import S_PER_MS
+from simkit.workload.agentic import agentic_rows
+from simkit.workload.common import TraceError
+from simkit.workload.csv import azure_rows, csv_rows
+from simkit.workload.detect import detect_format
+from simkit.workload.mooncake import mooncake_rows
+from simkit.workload.synthetic import iter_synthetic, synthesize
+from simkit.workload.weka import weka_request_rows, weka_rows
+
+__all__ = ["READERS", "iter_workload", "load_trace", "load_workload", "stream_trace"]
+
+
+#: Format name (``workload.format``) -> reader: a function of the spec yielding a
+#: :class:`~simkit.workload.common.Row` per request in file order. A new format is registered here.
+READERS = {
+    "mooncake": mooncake_rows,
+    "agentic": agentic_rows,
+    "azure": azure_rows,
+    "csv": csv_rows,
+    "weka": weka_rows,
+    "weka_requests": weka_request_rows,
+}
+
+
+def load_trace(spec: TraceWorkload) -> tuple[Request, ...]:
+    """Load a trace file in ``spec.format`` (detected from the first line when ``auto``).
+
+    Request ids are 0-based indices among the file's requests (non-blank lines; CSV data rows).
+    Timestamps are rebased to the earliest and divided by ``arrival_speedup_ratio``; requests
+    are sorted stably by arrival. Sessions and dependencies become ``Request.deps`` with
+    ``delay_s``.
+
+    Raises:
+        TraceError: missing file, a directory, an empty trace, or a malformed line
+            (``FILE:LINE: reason``), including a dependency on an unknown or later request.
+    """
+    fmt = spec.format if spec.format != "auto" else detect_format(spec.path)
+    rows = list(READERS[fmt](spec))
+    if not rows:
+        raise TraceError(spec.path, None, "the trace has no requests; expected JSONL or CSV lines")
+    t0 = min(r.ts_ms for r in rows if r.ts_ms is not None)
+    speedup, tbs = spec.arrival_speedup_ratio, spec.trace_block_size
+    sessions: dict = {}  # session key -> session index
+    last_turn: dict = {}  # mooncake: session key -> rid of its latest turn
+    by_key: dict = {}  # agentic: request_id -> rid
+    requests = []
+    for rid, row in enumerate(rows):
+        session = None if row.session is None else sessions.setdefault(row.session, len(sessions))
+        deps: tuple = ()
+        if row.key is not None:  # agentic
+            if row.key in by_key:
+                raise TraceError(spec.path, row.line, f"request_id {row.key!r} repeats an earlier line's")
+            missing = [w for w in row.wait_for if w not in by_key]
+            if missing:
+                raise TraceError(spec.path, row.line, f"wait_for names {missing[0]!r}, which is not "
+                                                      "the request_id of an earlier line")
+            deps = tuple(dict.fromkeys(by_key[w] for w in row.wait_for))
+            by_key[row.key] = rid
+        elif row.session is not None:
+            if row.session in last_turn:  # a follow-up turn waits for the previous one
+                deps = (last_turn[row.session],)
+            last_turn[row.session] = rid
+        ts = row.ts_ms if row.ts_ms is not None else t0
+        at = (ts - t0) / speedup * S_PER_MS
+        requests.append(Request(rid, at, row.isl, row.osl, row.ids, row.tbs or tbs, session, deps,
+                                row.delay_ms * S_PER_MS if deps else 0.0, row.priority))
+    if spec.sessions_per_s is not None:  # stagger session starts: session k at k / rate
+        first: dict = {}
+        for r in requests:
+            first.setdefault(r.session, len(first))
+        requests = [attrs.evolve(r, arrived_at=r.arrived_at + first[r.session] / spec.sessions_per_s)
+                    if not r.deps else r for r in requests]
+    requests.sort(key=lambda r: r.arrived_at)  # stable: equal times keep file order
+    return tuple(requests)
+
+
+def load_workload(spec: WorkloadSpec, seed: int) -> tuple[Request, ...]:
+    """The requests of any workload spec (trace file or synthetic).
+
+    Raises:
+        TraceError: for a trace file that is missing or malformed.
+    """
+    if isinstance(spec, TraceWorkload):
+        return load_trace(spec)
+    return synthesize(spec, seed)
+
+
+def stream_trace(spec: TraceWorkload) -> Iterator[Request]:
+    """The requests of a trace file one at a time, as it is read (memory independent of its
+    length). Ids, time zero and ``arrival_speedup_ratio`` are as in :func:`load_trace`.
+
+    Streaming needs what a one-pass reader can follow: timestamps in non-decreasing order and
+    no dependencies (follow-up turns, ``wait_for``) and no ``sessions_per_s``.
+
+    Raises:
+        TraceError: as :func:`load_trace`, and for a line that breaks those conditions.
+    """
+    fmt = spec.format if spec.format != "auto" else detect_format(spec.path)
+    if spec.sessions_per_s is not None:
+        raise TraceError(spec.path, None, "sessions_per_s needs the whole trace; replay it without streaming")
+    speedup, tbs = spec.arrival_speedup_ratio, spec.trace_block_size
+    sessions: dict = {}
+    t0 = last = None
+    rid = -1
+    for rid, row in enumerate(READERS[fmt](spec)):
+        if row.wait_for or (row.session is not None and row.session in sessions):
+            raise TraceError(spec.path, row.line, "a request that waits for others (a follow-up turn or "
+                                                  "wait_for) cannot be streamed; replay without streaming")
+        ts = row.ts_ms
+        if ts is None:
+            raise TraceError(spec.path, row.line, "a timestamp is needed to stream a trace")
+        if t0 is None:
+            t0 = ts
+        elif ts < last:
+            raise TraceError(spec.path, row.line, f"timestamp {ts:g} is earlier than the previous line's "
+                                                  f"{last:g}; streaming needs lines in time order (sort the "
+                                                  "file, or replay without streaming)")
+        last = ts
+        session = None if row.session is None else sessions.setdefault(row.session, len(sessions))
+        yield Request(rid, (ts - t0) / speedup * S_PER_MS, row.isl, row.osl, row.ids, row.tbs or tbs, session,
+                      (), 0.0, row.priority)
+    if rid < 0:
+        raise TraceError(spec.path, None, "the trace has no requests; expected JSONL or CSV lines")
+
+
+def iter_workload(spec: WorkloadSpec, seed: int) -> Iterator[Request]:
+    """The requests of any workload one at a time, for streaming replay (see
+    :func:`stream_trace` for what a trace must satisfy).
+
+    Raises:
+        TraceError: a missing or malformed trace, or one that cannot be streamed (raised when
+            the offending line is read, possibly during the run).
+    """
+    if isinstance(spec, TraceWorkload):
+        return stream_trace(spec)
+    return iter_synthetic(spec, seed)
