@@ -4,10 +4,12 @@ synthetic generator.
 
 Both return a tuple of :class:`~simkit.core.request.Request` sorted (stably) by arrival, with
 time zero at the earliest arrival and times in seconds: milliseconds appear only here.
-Layer L2: imports simkit.spec and simkit.core (request, rng, units); no SimPy.
+May import :mod:`simkit.spec` and :mod:`simkit.core` (request, rng, units); must not import
+simpy, the engine, the cluster processes, output or the CLI.
 
-Modules: :mod:`~simkit.workload.reader` (load_trace, stream_trace, load_workload,
-iter_workload, and ``READERS``, the format registry), one module per trace format family
+Modules: :mod:`~simkit.workload.load` (load_workload, iter_workload: any workload spec, what
+the composition root calls), :mod:`~simkit.workload.reader` (load_trace, stream_trace and
+``READERS``, the format registry), one module per trace format family
 (:mod:`~simkit.workload.mooncake`, :mod:`~simkit.workload.agentic`,
 :mod:`~simkit.workload.csv` for ``azure`` and ``csv``, :mod:`~simkit.workload.weka` for
 ``weka`` and ``weka_requests``), :mod:`~simkit.workload.common` (TraceError, the line and field
@@ -24,7 +26,8 @@ first-line rule to ``detect.py`` if it can be told apart; test it in
 
 from simkit.workload.common import TraceError
 from simkit.workload.detect import detect_format
-from simkit.workload.reader import iter_workload, load_trace, load_workload, stream_trace
+from simkit.workload.load import iter_workload, load_workload
+from simkit.workload.reader import load_trace, stream_trace
 from simkit.workload.synthetic import iter_synthetic, synthesize
 
 __all__ = ["TraceError", "detect_format", "iter_synthetic", "iter_workload", "load_trace", "load_workload",

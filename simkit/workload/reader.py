@@ -1,7 +1,7 @@
-"""Reading a workload: :func:`load_trace` and :func:`stream_trace` pick a format's reader from
+"""Reading a trace: :func:`load_trace` and :func:`stream_trace` pick a format's reader from
 :data:`READERS` (``format: auto`` asks :func:`~simkit.workload.detect.detect_format`) and turn
-its rows into requests (ids, time zero, speedup, sessions and dependencies);
-:func:`load_workload` and :func:`iter_workload` also take a synthetic workload.
+its rows into requests (ids, time zero, speedup, sessions and dependencies).
+:mod:`simkit.workload.load` takes any workload spec, synthetic or trace.
 
 To add a trace format ``NAME``:
 
@@ -30,7 +30,7 @@ from typing import Iterator
 
 import attrs
 
-from simkit.spec import TraceWorkload, WorkloadSpec
+from simkit.spec import TraceWorkload
 from simkit.core.request import Request
 from simkit.core.units import S_PER_MS
 from simkit.workload.agentic import agentic_rows
@@ -38,10 +38,9 @@ from simkit.workload.common import TraceError
 from simkit.workload.csv import azure_rows, csv_rows
 from simkit.workload.detect import detect_format
 from simkit.workload.mooncake import mooncake_rows
-from simkit.workload.synthetic import iter_synthetic, synthesize
 from simkit.workload.weka import weka_request_rows, weka_rows
 
-__all__ = ["READERS", "iter_workload", "load_trace", "load_workload", "stream_trace"]
+__all__ = ["READERS", "load_trace", "stream_trace"]
 
 
 #: Format name (``workload.format``) -> reader: a function of the spec yielding a
@@ -108,17 +107,6 @@ def load_trace(spec: TraceWorkload) -> tuple[Request, ...]:
     return tuple(requests)
 
 
-def load_workload(spec: WorkloadSpec, seed: int) -> tuple[Request, ...]:
-    """The requests of any workload spec (trace file or synthetic).
-
-    Raises:
-        TraceError: for a trace file that is missing or malformed.
-    """
-    if isinstance(spec, TraceWorkload):
-        return load_trace(spec)
-    return synthesize(spec, seed)
-
-
 def stream_trace(spec: TraceWorkload) -> Iterator[Request]:
     """The requests of a trace file one at a time, as it is read (memory independent of its
     length). Ids, time zero and ``arrival_speedup_ratio`` are as in :func:`load_trace`.
@@ -155,16 +143,3 @@ def stream_trace(spec: TraceWorkload) -> Iterator[Request]:
                       (), 0.0, row.priority)
     if rid < 0:
         raise TraceError(spec.path, None, "the trace has no requests; expected JSONL or CSV lines")
-
-
-def iter_workload(spec: WorkloadSpec, seed: int) -> Iterator[Request]:
-    """The requests of any workload one at a time, for streaming replay (see
-    :func:`stream_trace` for what a trace must satisfy).
-
-    Raises:
-        TraceError: a missing or malformed trace, or one that cannot be streamed (raised when
-            the offending line is read, possibly during the run).
-    """
-    if isinstance(spec, TraceWorkload):
-        return stream_trace(spec)
-    return iter_synthetic(spec, seed)

@@ -26,6 +26,7 @@ from simkit.spec import (
 )
 from simkit.core.request import Request
 from simkit.core.rng import RngStreams
+from simkit.workload.reader import load_trace
 
 __all__ = ["iter_synthetic", "synthesize"]
 
@@ -69,7 +70,6 @@ def _sampler(spec: LengthSpec, rng: random.Random):
                     return n
         return draw_zipf
     if isinstance(spec, EmpiricalLength):
-        from simkit.workload.reader import load_trace  # here: the reader imports this module
         trace = load_trace(TraceWorkload(path=spec.path, format=spec.format))
         values = sorted((r.input_length if spec.field == "input" else max(r.output_length, 1)) for r in trace)
         return lambda: values[rng.randrange(len(values))]
