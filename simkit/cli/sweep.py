@@ -22,7 +22,8 @@ import shutil
 import sys
 from typing import Any, Optional, Sequence
 
-from simkit.spec import ConfigError, load_scenario, yaml_load
+from simkit.cli.common import _check_out, _fail, _Interrupts, _Parser
+from simkit.spec import ConfigError, load_scenario, parse_overrides, yaml_load
 
 #: summary values copied into the sweep table, as (column, path in summary.json)
 COLUMNS = [
@@ -105,8 +106,6 @@ def _get(summary: dict, path: tuple) -> Any:
 
 
 def main(argv: Sequence[str]) -> int:
-    from simkit.cli import _Parser, _fail, _check_out, parse_overrides
-
     p = _Parser(prog="python -m simkit sweep", description="Run every combination of --grid values.")
     p.add_argument("scenario")
     p.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2,...", required=True,
@@ -147,7 +146,6 @@ def main(argv: Sequence[str]) -> int:
         return _fail([problem])
     # the sweep is built in a sibling temp folder and renamed into place at the end, so a
     # --force sweep never mixes with, or loses, what the folder held unless it completes
-    from simkit.cli import _Interrupts
     from simkit.output.files import move_into_place, sibling_tmp_dir
 
     work = sibling_tmp_dir(out, prefix=".simkit-sweep-")
