@@ -11,7 +11,7 @@ is then 1, with a line on stderr. When every point fails (a bad trace, say), not
 and the exit code is 2. The sweep folder is built beside ``DIR`` and renamed into place when
 the sweep ends, so ``--force`` replaces an earlier folder whole, and only then. Results do not
 depend on where or in which order runs execute. GPUs per point: each pool's workers x TP x DP
-(with a planner, the time-weighted mean provisioned). Layer L6.
+(with a planner, the time-weighted mean provisioned). Part of :mod:`simkit.cli`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,9 @@ import shutil
 import sys
 from typing import Any, Optional, Sequence
 
-from simkit.spec import ConfigError, yaml_load
+from simkit.cli.common import _check_out, _fail, _Interrupts, _Parser
+from simkit.sim import load_scenario
+from simkit.spec import ConfigError, parse_overrides, yaml_load
 
 #: summary values copied into the sweep table, as (column, path in summary.json)
 COLUMNS = [
@@ -72,7 +74,7 @@ def _run_one(scenario_path: str, overrides: list, out_dir: str) -> dict:
     """
     from simkit.output.files import write_run
     from simkit.output.report import summarize
-    from simkit.sim import build, load_scenario
+    from simkit.sim import build
     from simkit.workload import TraceError
 
     try:
@@ -105,9 +107,6 @@ def _get(summary: dict, path: tuple) -> Any:
 
 
 def main(argv: Sequence[str]) -> int:
-    from simkit.cli import _Parser, _fail, _check_out, parse_overrides
-    from simkit.sim import load_scenario
-
     p = _Parser(prog="python -m simkit sweep", description="Run every combination of --grid values.")
     p.add_argument("scenario")
     p.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2,...", required=True,
@@ -148,7 +147,6 @@ def main(argv: Sequence[str]) -> int:
         return _fail([problem])
     # the sweep is built in a sibling temp folder and renamed into place at the end, so a
     # --force sweep never mixes with, or loses, what the folder held unless it completes
-    from simkit.cli import _Interrupts
     from simkit.output.files import move_into_place, sibling_tmp_dir
 
     work = sibling_tmp_dir(out, prefix=".simkit-sweep-")
