@@ -13,7 +13,8 @@ Shapes map onto aiconfigurator's step API (``aiconfigurator_core.sdk.rust_engine
 a pure decode pass of r requests and C context tokens is ``decode_step(gen=r, isl=C/r,
 osl=1)``; a pass with n prefill tokens is ``mixed_step(ctx=n, gen=r, isl=max(n, C/r))``.
 
-Layer L2 beside engine.py; imports aiconfigurator_core only when built.
+Layer L2; imports aiconfigurator_core only when an :class:`AicModel` is built (importing this
+module does not).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import math
 from functools import lru_cache
 
 from simkit.spec import AicLatency
-from simkit.engine.latency import _decode_run_by_passes
+from simkit.engine.latency.base import _decode_run_by_passes
 from simkit.engine.hardware import aic_model_path, aic_system, load_model
 from simkit.core.units import S_PER_MS
 

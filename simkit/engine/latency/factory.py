@@ -1,0 +1,34 @@
+"""Which latency model a ``latency`` spec gets: :func:`make_latency_model`. A new kind of
+latency model is added here (with its spec class in :mod:`simkit.spec`).
+
+Layer L2: pure, no SimPy. Importing :mod:`.aic` does not import the optional
+aiconfigurator-core; building an :class:`~simkit.engine.latency.aic.AicModel` does.
+"""
+
+from __future__ import annotations
+
+from simkit.spec import (AicLatency, ConstantLatency, LatencySpec, PolynomialLatency, RooflineLatency,
+                         TableLatency)
+from simkit.engine.latency.aic import AicModel
+from simkit.engine.latency.base import LatencyModel
+from simkit.engine.latency.constant import ConstantModel
+from simkit.engine.latency.polynomial import PolynomialModel
+from simkit.engine.latency.roofline import RooflineModel
+from simkit.engine.latency.table import TableModel
+
+__all__ = ["make_latency_model"]
+
+
+def make_latency_model(spec: LatencySpec, kv_capacity_tokens: int) -> LatencyModel:
+    """The latency model for ``spec`` on a worker with ``kv_capacity_tokens`` of KV cache."""
+    if isinstance(spec, PolynomialLatency):
+        return PolynomialModel(spec, kv_capacity_tokens)
+    if isinstance(spec, ConstantLatency):
+        return ConstantModel(spec)
+    if isinstance(spec, RooflineLatency):
+        return RooflineModel(spec)
+    if isinstance(spec, TableLatency):
+        return TableModel(spec)
+    if isinstance(spec, AicLatency):
+        return AicModel(spec)  # imports the optional aiconfigurator-core, only now
+    raise TypeError(f"no latency model for {spec!r}")

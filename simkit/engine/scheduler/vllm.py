@@ -1,0 +1,199 @@
+"""vLLM-like batch formation for one worker (``backend: vllm``): continuous batching, chunked
+prefill, a token budget, ``max_num_seqs``, prefix caching and recompute preemption.
+
+Each forward pass (REFERENCE.md section 3, vLLM v1's scheduler):
+
+1. Running requests, oldest first, each take tokens from the budget
+   ``max_num_batched_tokens``: one for a decode step, or the next prefill chunk
+   (``min(remaining prompt, budget left)``). If its new KV blocks do not fit, running requests
+   are preempted (their blocks freed, their progress recomputed later) until they fit,
+   possibly itself: with ``preemption_mode: lifo`` (vLLM's and the reference's default) the
+   newest first; with ``fifo`` the oldest first, taking back the tokens and blocks it was
+   given earlier in the same pass (as the reference's mocker does).
+2. Only if nothing was preempted, waiting requests are admitted in arrival order while the
+   budget and ``max_num_seqs`` allow and the *whole* remaining prompt (minus its cached prefix)
+   fits in free blocks; a request is never admitted because only its first chunk fits (bug
+   class 3). Without chunked prefill the whole remaining prompt must fit in the budget.
+
+Progress, prefix caching and roles are the common core's (:mod:`.base`). TRT-LLM's capacity
+scheduler and batch waiting are this pass with its own rules (:mod:`.trtllm`, through the
+hooks :attr:`VllmScheduler.NO_EVICT`, :meth:`VllmScheduler._hold_context` and
+:meth:`VllmScheduler._admissible`); SGLang's scheduler forms its passes its own way
+(:mod:`.sglang`) and reuses this module's admission of transferred requests.
+
+Layer L2: pure, no SimPy.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from simkit.spec import PoolSpec
+from simkit.engine.scheduler.base import Batch, Scheduler, Seq
+
+__all__ = ["VllmScheduler"]
+
+
+class VllmScheduler(Scheduler):
+    """vLLM v1's pass formation (module docstring) over the common core of :class:`Scheduler`."""
+
+    #: never preempt: a running request whose blocks do not fit ends the pass's running part
+    #: (TRT-LLM's GUARANTEED_NO_EVICT, :class:`~simkit.engine.scheduler.trtllm.TrtllmScheduler`,
+    #: where admission reservations make it unreachable); vLLM preempts
+    NO_EVICT = False
+
+    def __init__(self, spec: PoolSpec, role: str) -> None:
+        super().__init__(spec, role)
+        #: preempt the oldest running request (fifo) instead of the newest (lifo, vLLM's way)
+        self.fifo_preemption = spec.preemption_mode == "fifo"
+
+    def fits_ever(self, seq: Seq) -> bool:
+        """Whether the request can ever be served here: prompt + output is within
+        ``max_model_len``; its peak KV (the prompt on a prefill worker; prompt + output - 1
+        tokens elsewhere) fits in the whole cache; and without chunked prefill that same peak
+        fits in the token budget, since a request preempted late is recomputed in one pass
+        (vLLM likewise requires ``max_num_batched_tokens >= max_model_len`` when chunked
+        prefill is off)."""
+        if not self._within_max_model_len(seq):
+            return False
+        peak = seq.prompt_len if self.role == "prefill" else seq.prompt_len + max(seq.output_len - 1, 0)
+        if -(-peak // self.block_size) > self.kv.capacity:
+            return False
+        return self.chunked or peak <= self.budget
+
+    @staticmethod
+    def _unschedule(batch: Batch, seq: Seq) -> None:
+        """Take ``seq``'s entry (scheduled earlier in this pass) out of ``batch``."""
+        for j, (s, n, is_prefill) in enumerate(batch.entries):
+            if s is seq:
+                del batch.entries[j]
+                if is_prefill:
+                    batch.prefill_tokens -= n
+                    batch.prefill_requests -= 1
+                    batch.prefill_start_tokens -= seq.computed
+                else:
+                    batch.decode_requests -= 1
+                    batch.decode_context_tokens -= seq.computed + n
+                return
+
+    def schedule(self) -> Optional[Batch]:
+        """Form the next pass, allocating its KV blocks; ``None`` if nothing can run."""
+        bs = self.block_size
+        kv = self.kv
+        budget = self.budget
+        batch = Batch()
+        entries = batch.entries
+        running = self.running
+        hold = self._hold_context()
+        i = 0
+        while i < len(running) and budget > 0:
+            seq = running[i]
+            computed = seq.computed
+            if computed < seq.prefill_target:
+                if hold:
+                    i += 1
+                    continue
+                n = min(seq.prefill_target - computed, budget)
+                is_prefill = True
+            else:
+                n = 1
+                is_prefill = False
+            need = -(-(computed + n) // bs) - len(seq.held) - seq.anon
+            if self.NO_EVICT and need > kv.free_blocks:
+                break  # reservations make this unreachable; never evict under no-evict
+            while need > kv.free_blocks:
+                if self.fifo_preemption:
+                    victim = running.pop(0)
+                    if victim is not seq:
+                        i -= 1
+                        self._unschedule(batch, victim)
+                        budget = self.budget - batch.prefill_tokens - batch.decode_requests
+                else:
+                    victim = running.pop()
+                self._preempt(victim)
+                batch.preempted.append(victim)
+                if victim is seq:
+                    break
+            if batch.preempted and batch.preempted[-1] is seq:
+                continue  # seq preempted itself; running shrank past i
+            if need > 0:
+                kv.allocate(need)
+                seq.anon += need
+            if is_prefill:
+                self._register(seq, computed // bs, computed + n)
+                batch.prefill_tokens += n
+                batch.prefill_requests += 1
+                batch.prefill_start_tokens += computed
+            else:
+                batch.decode_requests += 1
+                batch.decode_context_tokens += computed + n
+            entries.append((seq, n, is_prefill))
+            budget -= n
+            i += 1
+        if not batch.preempted and not hold:
+            self._admit(batch, budget)
+        return batch if entries else None
+
+    def _hold_context(self) -> bool:
+        """Whether this pass holds its context (prefilling) requests back; vLLM never does
+        (TRT-LLM's batch waiting does, :class:`~simkit.engine.scheduler.trtllm.TrtllmScheduler`)."""
+        return False
+
+    def _admit(self, batch: Batch, budget: int, only_transferred: bool = False) -> None:
+        bs = self.block_size
+        kv = self.kv
+        waiting = self.waiting
+        running = self.running
+        while waiting and budget > 0 and len(running) < self.max_num_seqs:
+            seq = waiting[0]
+            if only_transferred and not seq.transferred:
+                break
+            if seq.keys is None:
+                seq.keys = seq.req.block_keys(bs) if self.caching else []
+            keys = seq.keys
+            hits = in_lru = 0
+            if keys:
+                limit = len(keys) if seq.transferred else (seq.prefill_target - 1) // bs
+                hits, in_lru = kv.match(keys, limit)
+            start = seq.computed if seq.transferred else hits * bs
+            if start < seq.prefill_target:
+                remaining = seq.prefill_target - start
+                if not self.chunked and remaining > budget:
+                    break
+                n = min(remaining, budget)
+                is_prefill = True
+            else:
+                n = 1
+                is_prefill = False
+            whole = -(-max(seq.prefill_target, start + n) // bs) - hits
+            if whole > kv.free_blocks - in_lru:
+                break
+            if not self._admissible(seq, hits, in_lru):
+                break
+            waiting.popleft()
+            if hits:
+                kv.acquire(keys[:hits])
+                seq.held = keys[:hits]
+            alloc = -(-(start + n) // bs) - hits
+            kv.allocate(alloc)
+            seq.anon = alloc
+            seq.computed = start
+            if is_prefill:
+                self._register(seq, hits, start + n)
+                batch.prefill_tokens += n
+                batch.prefill_requests += 1
+                batch.prefill_start_tokens += start
+            else:
+                self._register(seq, hits, seq.prompt_len)
+                batch.decode_requests += 1
+                batch.decode_context_tokens += start + n
+            batch.entries.append((seq, n, is_prefill))
+            batch.admitted.append((seq, 0 if seq.transferred else hits * bs))
+            running.append(seq)
+            budget -= n
+
+    def _admissible(self, seq: Seq, hits: int, in_lru: int) -> bool:
+        """An admission rule beyond the whole remaining prompt fitting in the free blocks, for
+        waiting request ``seq`` with ``hits`` cached prefix blocks (``in_lru`` of them free);
+        vLLM has none (TRT-LLM's reservations, :class:`~simkit.engine.scheduler.trtllm.TrtllmScheduler`)."""
+        return True
