@@ -19,7 +19,9 @@ What every model shares (the :class:`LatencyModel` protocol the worker calls, th
 ``decode_run``) is in :mod:`.base`; which model a spec gets is :func:`make_latency_model`
 (:mod:`.factory`), where a new kind is added.
 
-Layer L2: pure functions of the pass shape; no SimPy.
+Part of :mod:`simkit.engine`: pure functions of the pass shape; no SimPy. May import
+:mod:`simkit.core`, :mod:`simkit.spec`, :mod:`simkit.engine.hardware` and numpy; must not
+import simpy, the cluster processes, output or the CLI.
 """
 
 from simkit.engine.latency.base import LatencyModel, _accumulate, _decode_run_by_passes  # noqa: F401

@@ -13,7 +13,7 @@ Shapes map onto aiconfigurator's step API (``aiconfigurator_core.sdk.rust_engine
 a pure decode pass of r requests and C context tokens is ``decode_step(gen=r, isl=C/r,
 osl=1)``; a pass with n prefill tokens is ``mixed_step(ctx=n, gen=r, isl=max(n, C/r))``.
 
-Layer L2; imports aiconfigurator_core only when an :class:`AicModel` is built (importing this
+Part of :mod:`simkit.engine`; imports aiconfigurator_core only when an :class:`AicModel` is built (importing this
 module does not).
 """
 

@@ -7,7 +7,7 @@ summed over its prefill chunks), ``decode_requests`` (requests generating one to
 ``decode_context_tokens`` (the sum over those requests of their KV length after the pass:
 prompt + tokens generated so far). Models return seconds.
 
-Layer L2: pure functions of the pass shape; no SimPy.
+Part of :mod:`simkit.engine`: pure functions of the pass shape; no SimPy.
 """
 
 from __future__ import annotations

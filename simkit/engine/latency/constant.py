@@ -1,6 +1,6 @@
 """``constant`` latency model: fixed pass times (:class:`ConstantModel`).
 
-Layer L2: pure functions of the pass shape; no SimPy.
+Part of :mod:`simkit.engine`: pure functions of the pass shape; no SimPy.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Which latency model a ``latency`` spec gets: :func:`make_latency_model`. A new kind of
 latency model is added here (with its spec class in :mod:`simkit.spec`).
 
-Layer L2: pure, no SimPy. Importing :mod:`.aic` does not import the optional
+Part of :mod:`simkit.engine`: pure, no SimPy. Importing :mod:`.aic` does not import the optional
 aiconfigurator-core; building an :class:`~simkit.engine.latency.aic.AicModel` does.
 """
 

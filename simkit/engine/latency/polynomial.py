@@ -1,7 +1,7 @@
 """``polynomial`` latency model: the reference mocker's default per-pass latency, fixed
 polynomials in the pass shape (:class:`PolynomialModel`).
 
-Layer L2: pure functions of the pass shape; no SimPy.
+Part of :mod:`simkit.engine`: pure functions of the pass shape; no SimPy.
 """
 
 from __future__ import annotations

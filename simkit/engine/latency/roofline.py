@@ -1,7 +1,7 @@
 """``roofline`` latency model: pass times from the model's architecture and the GPU
 (:class:`RooflineModel`), and the per-operator cost it breaks a pass into (:class:`OpCost`).
 
-Layer L2: pure functions of the pass shape; no SimPy.
+Part of :mod:`simkit.engine`: pure functions of the pass shape; no SimPy.
 """
 
 from __future__ import annotations
@@ -65,8 +65,8 @@ class RooflineModel:
     Each roofline op takes ``max(FLOPs / (peak * compute_eff), bytes / (bandwidth *
     memory_eff))`` (Williams, Waterman, Patterson, "Roofline", CACM 2009); ops run one after
     another. Peaks are dense tensor-core TFLOPS at the weights' precision (attention at bf16)
-    and the HBM bandwidth (simkit/data/gpus.json); efficiencies and overheads are fitted per GPU
-    (simkit/data/calibration.json, benchmarks/calibrate_roofline.py).
+    and the HBM bandwidth (simkit/engine/data/gpus.json); efficiencies and overheads are fitted per GPU
+    (simkit/engine/data/calibration.json, benchmarks/calibrate_roofline.py).
     """
 
     #: the worker passes the prefill (query, key) pair count of each pass

@@ -1,7 +1,7 @@
 """``table`` latency model: pass times interpolated from the user's measured per-pass table
 (:class:`TableModel`).
 
-Layer L2: pure functions of the pass shape; no SimPy.
+Part of :mod:`simkit.engine`: pure functions of the pass shape; no SimPy.
 """
 
 from __future__ import annotations

@@ -26,8 +26,10 @@ Where a change goes:
   and its name in ``PoolSpec.backend`` (:mod:`simkit.spec`);
 * the KV cache itself (blocks, identity keys, eviction order): :mod:`simkit.engine.kvcache`.
 
-Layer L2: pure, no SimPy; the worker process calls :meth:`Scheduler.schedule` and
-:meth:`Scheduler.complete`.
+Part of :mod:`simkit.engine`: pure, no SimPy; the worker process calls
+:meth:`Scheduler.schedule` and :meth:`Scheduler.complete`. May import :mod:`simkit.core`,
+:mod:`simkit.spec` and :mod:`simkit.engine.kvcache`; must not import simpy, the cluster
+processes, output or the CLI.
 """
 
 from simkit.engine.scheduler.base import Batch, Scheduler, Seq, private_suffixes

@@ -22,7 +22,7 @@ of the prompt and holds the KV until the handoff link releases it; ``decode`` re
 requests whose prompt KV was transferred, and its first pass emits the first token (the
 reference's disaggregated semantics, REFERENCE.md section 5).
 
-Layer L2: pure, no SimPy; the worker process calls :meth:`Scheduler.schedule` and
+Part of :mod:`simkit.engine`: pure, no SimPy; the worker process calls :meth:`Scheduler.schedule` and
 :meth:`Scheduler.complete`.
 """
 

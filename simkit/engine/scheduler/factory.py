@@ -2,7 +2,7 @@
 A new engine's scheduler is added here (and its name to ``PoolSpec.backend`` in
 :mod:`simkit.spec`).
 
-Layer L2: pure, no SimPy.
+Part of :mod:`simkit.engine`: pure, no SimPy.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ reservations of prompt KV; semantics in :class:`SglangScheduler` and
 (its admission of transferred requests and its :meth:`~VllmScheduler.fits_ever`) and the
 common core of :mod:`.base`.
 
-Layer L2: pure, no SimPy.
+Part of :mod:`simkit.engine`: pure, no SimPy.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ it, and TRT-LLM's batch waiting (:class:`simkit.spec.TrtllmSpec`).
   generation requests holds the context requests back, up to that many passes in a row, until
   they and the decodes reach that share of ``max_num_batched_tokens``.
 
-Layer L2: pure, no SimPy.
+Part of :mod:`simkit.engine`: pure, no SimPy.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ hooks :attr:`VllmScheduler.NO_EVICT`, :meth:`VllmScheduler._hold_context` and
 :meth:`VllmScheduler._admissible`); SGLang's scheduler forms its passes its own way
 (:mod:`.sglang`) and reuses this module's admission of transferred requests.
 
-Layer L2: pure, no SimPy.
+Part of :mod:`simkit.engine`: pure, no SimPy.
 """
 
 from __future__ import annotations
