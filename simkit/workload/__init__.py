@@ -18,7 +18,7 @@ auto``) and :mod:`~simkit.workload.synthetic`.
 
 To add a trace format ``NAME``: write ``simkit/workload/NAME.py`` with ``NAME_rows(spec)``
 yielding a ``Row`` per request (helpers and ``TraceError`` from ``common``); register it in
-``READERS`` in ``reader.py``; add ``"NAME"`` to the ``format`` literals in :mod:`simkit.spec`
+``READERS`` in ``reader.py``; add ``"NAME"`` to the ``format`` literals in :mod:`simkit.spec.workload`
 (and its docs: the TraceWorkload docstring, the ``--trace`` help, the README); add a
 first-line rule to ``detect.py`` if it can be told apart; test it in
 ``tests/test_workloads.py``. The reader module's docstring spells out each step.

@@ -15,8 +15,8 @@ To add a trace format ``NAME``:
    the file's milliseconds: rebasing, the speedup and seconds are this module's.
 2. Register it in :data:`READERS` below under ``"NAME"``.
 3. Add ``"NAME"`` to the ``format`` literals of ``TraceWorkload`` and ``EmpiricalLength`` in
-   :mod:`simkit.spec`, and describe it in the ``TraceWorkload`` docstring, the ``--trace``
-   help in :mod:`simkit.cli` and the README's scenario reference.
+   :mod:`simkit.spec.workload`, and describe it in the ``TraceWorkload`` docstring, the ``--trace``
+   help in :mod:`simkit.cli.run` and the README's scenario reference.
 4. If its first line tells it apart, add a rule to
    :func:`~simkit.workload.detect.detect_format` (else ``format: NAME`` must be set).
 5. Test it beside the other formats in ``tests/test_workloads.py`` (malformed lines and their
