@@ -92,7 +92,7 @@ def _resolved(scenario: Scenario) -> Scenario:
     try:
         return resolve_scenario(scenario)
     except ResolveError as exc:
-        raise ConfigError([f"<scenario>: {message} @ {path}" for path, message in exc.problems]) from None
+        raise ConfigError(exc.lines("<scenario>")) from None
 
 
 class Simulation:

@@ -11,7 +11,7 @@ output folder written; 1 the run stopped abnormally (stuck, or ``--check`` found
 invariant: the diagnostic goes to stderr and the partial results are written, marked
 incomplete); 130 interrupted by Ctrl-C (partial results written, marked incomplete).
 
-Layout: :func:`main` gives a first argument named in ``SUBCOMMANDS`` to that subcommand and
+Layout: :func:`main` gives a first argument that names a subcommand (``_subcommand``) to it and
 anything else to the run command. What the commands share (the parser class ``_Parser``,
 ``_fail`` and ``_printable``, the output-folder checks ``_check_out`` and ``_default_out``, the
 signal handling ``_Interrupts``) is in :mod:`simkit.cli.common`. A command's module imports from
@@ -22,8 +22,8 @@ imports this one.
 A new subcommand (the coming ones: ``recommend``, ``capacity``, ``serve``) goes in its own module
 ``simkit/cli/NAME.py``: an entry function that takes the arguments after NAME and returns the
 exit code, a parser built as ``common._Parser(prog="python -m simkit NAME", ...)``, and messages
-through ``common._fail``. Then add one line to ``SUBCOMMANDS`` below, name it in the run
-parser's epilog (``_parser`` in :mod:`simkit.cli.run`) and in this docstring, and add its
+through ``common._fail``. Then import its entry function in ``_subcommand`` below, name it in the
+run parser's epilog (``_parser`` in :mod:`simkit.cli.run`) and in this docstring, and add its
 tests. A module is imported only when its subcommand runs, so one that needs an optional
 package (``serve``, say) slows no other command and breaks none when the package is missing.
 
@@ -33,7 +33,6 @@ import every other package, and nothing imports it but ``simkit/__main__.py``.
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 from typing import Optional, Sequence
@@ -42,21 +41,26 @@ from typing import Optional, Sequence
 from simkit.cli.common import _check_out, _fail, _Interrupts, _Parser  # noqa: F401
 from simkit.spec import parse_overrides  # noqa: F401
 
-#: subcommand -> "module:function" of its entry point, imported when the subcommand runs; a first
-#: argument not named here is the run command's scenario (``simkit.cli.run:run_main``)
-SUBCOMMANDS = {
-    "compare": "simkit.cli.compare:compare_main",
-    "step": "simkit.cli.step:step_main",
-    "sweep": "simkit.cli.sweep:main",
-}
+def _subcommand(name: str):
+    """The entry function of subcommand ``name`` (its module imported only now), or None when
+    ``name`` is not a subcommand (then it is the run command's scenario)."""
+    if name == "compare":
+        from simkit.cli.compare import compare_main as entry
+    elif name == "step":
+        from simkit.cli.step import step_main as entry
+    elif name == "sweep":
+        from simkit.cli.sweep import main as entry
+    else:
+        return None
+    return entry
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the command line ``argv`` (default: ``sys.argv[1:]``) and return its exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in SUBCOMMANDS:
-        module, _, function = SUBCOMMANDS[argv[0]].partition(":")
-        return getattr(importlib.import_module(module), function)(argv[1:])
+    entry = _subcommand(argv[0]) if argv else None
+    if entry is not None:
+        return entry(argv[1:])
     from simkit.cli.run import run_main
 
     return run_main(argv)

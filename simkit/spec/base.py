@@ -97,3 +97,7 @@ class ResolveError(ValueError):
     def __init__(self, problems: list[tuple[str, str]]) -> None:
         super().__init__("\n".join(message for _, message in problems))
         self.problems = list(problems)
+
+    def lines(self, source: str) -> list[str]:
+        """The problems as :class:`ConfigError` lines: ``SOURCE: message @ $.path``."""
+        return [f"{source}: {message} @ {path}" for path, message in self.problems]

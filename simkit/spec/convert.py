@@ -217,7 +217,7 @@ def scenario_from_dict(data: Any, source: str = "<scenario>", *, resolve: Option
     try:
         return resolve(scenario)
     except ResolveError as exc:
-        raise ConfigError([f"{source}: {message} @ {path}" for path, message in exc.problems]) from None
+        raise ConfigError(exc.lines(source)) from None
 
 
 def to_dict(scenario: Scenario) -> dict:
