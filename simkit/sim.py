@@ -29,7 +29,7 @@ from simpy.core import EmptySchedule
 from simkit.cluster.collector import Collector, InvariantError
 from simkit import spec
 from simkit.engine.resolve import resolve_scenario
-from simkit.spec import ConfigError, PythonPlanner, PythonRouter, ResolveError, Scenario
+from simkit.spec import ConfigError, KvAwareRouter, PythonPlanner, PythonRouter, ResolveError, Scenario
 from simkit.engine.latency import make_latency_model
 from simkit.cluster.link import KvLink
 from simkit.cluster.messages import Environment, carries_request
@@ -39,6 +39,7 @@ from simkit.cluster.pool import WorkerPool
 from simkit.core.records import RunRecords
 from simkit.core.request import Request
 from simkit.core.rng import RngStreams
+from simkit.cluster.kv_router import KvAware
 from simkit.cluster.router import Router
 from simkit.engine.scheduler import private_suffixes
 from simkit.cluster.source import Source
@@ -139,23 +140,29 @@ class Simulation:
             self.link = KvLink(env, scenario.link, handoff_queue, probe)
         entry_name = "aggregated" if scenario.mode == "aggregated" else "prefill"
         self._pass_end_hook = None  # set once the router exists (router queue thresholds)
+        self._kv_listener = None  # set once the router exists (a KV-aware router's KV events)
         self._clock = None  # the planner, once it exists (fast-forward horizon)
         latencies = {}
-        event_lag_s = getattr(scenario.router, "kv_event_lag_ms", 0.0) * S_PER_MS
-        for index, (name, spec) in enumerate(scenario.pools.named()):
+        event_lag_s = scenario.router.kv_event_lag_ms * S_PER_MS if isinstance(scenario.router, KvAwareRouter) else 0.0
+        #: same-instant pass boundaries: the decode pool's first, then the prompt pool's (measured
+        #: on the reference: a decode worker that takes a prompt's KV in at the instant its
+        #: prefill ends frees the prefill side before that worker forms its next pass)
+        order = {"decode": 0, "aggregated": 1, "prefill": 1}
+        for name, spec in scenario.pools.named():
+            index = order[name]
             latency = latencies[name] = make_latency_model(spec.latency or scenario.latency,
                                                                  spec.num_gpu_blocks * spec.block_size)
             sink = self.link.send if name == "prefill" else None
 
             def make_worker(wid, name=name, spec=spec, latency=latency, sink=sink, entry=name == entry_name):
-                # ranks order same-instant pass boundaries: pools in start order, then by index
+                # ranks order same-instant pass boundaries: pools as above, then by index
                 worker = Worker(env, name, wid, name, spec, latency, probe, handoff=sink,
                                 rank=index * RANK_STRIDE + wid, fast_forward=fast_forward,
                                 horizon=scenario.max_sim_time_s, record_passes=record_passes)
                 if entry:
                     worker.on_pass_end = self._pass_end_hook
-                if event_lag_s:
-                    worker.publish_kv_events(event_lag_s)
+                    if self._kv_listener is not None:
+                        worker.publish_kv_events(self._kv_listener, event_lag_s)
                 worker.sched.private_ids = private
                 worker.clock = self._clock
                 return worker
@@ -171,13 +178,25 @@ class Simulation:
                              rngs=(streams.get("router"), streams.get("router_decode")),
                              queue_spec=scenario.router_queue, dynamic=dynamic, policy_factory=router_policy,
                              pair_at_dispatch=(scenario.pools.decode is not None
-                                               and scenario.pools.decode.backend == "sglang"))
+                                               and scenario.pools.decode.backend == "sglang"),
+                             entry_role=entry_name)
+        for policy, workers in ((self.router.entry_policy, self.pools[entry_name]),
+                                (self.router.decode_policy, self.pools.get("decode"))):
+            if isinstance(policy, KvAware) and workers is not None:  # it keeps its own state
+                policy.pool_workers = workers
+                policy.private_ids = private
+                self.collector.prefill_listeners.append(policy.prefill_done)
+                self.collector.release_listeners.append(policy.released)
+                self.collector.listeners.append(policy.ended)
+        if isinstance(self.router.entry_policy, KvAware):  # it hears the prompt pool's KV events
+            self._kv_listener = self.router.entry_policy.kv_event
+            for worker in self.pools[entry_name]:
+                worker.publish_kv_events(self._kv_listener, event_lag_s)
         if self.link is not None and scenario.link.timing_mode == "destination_missing":
             self.link.place = self.router.place_decode
         if self.router.pair_at_dispatch:
             for worker in self.pools["decode"]:
                 worker.on_reserved = self.router.send_reserved
-            self.link.release_at_destination = True
         if scenario.router_queue.enabled:
             self._pass_end_hook = self.router.poke
             for worker in self.pools[entry_name]:
@@ -276,7 +295,7 @@ class Simulation:
         busy = [f"{w.name}: {w.sched.describe()}" for ws in self.pools.values() for w in ws
                 if w.sched.has_work() or w.sched.held]
         left = self.collector.arrived_count - self.collector.ended_count
-        held = len(self.router.held) + len(self.router.held_handoffs)
+        held = len(self.router.held) + len(self.router.incoming) + len(self.router.held_handoffs)
         if held:  # waiting in the router queue (busy thresholds) or for a decode worker
             busy.append(f"{held} held by the router")
         return (f"no event left at t={self.env.now:.6f} s with {left} released request(s) not ended; "
@@ -294,7 +313,8 @@ class Simulation:
             InvariantError: naming the rule, the numbers and the time.
         """
         now = self.env.now
-        where = {"router queue": len(self.router_queue.items) + len(self.router.held), "inboxes": 0, "waiting": 0,
+        where = {"router queue": len(self.router_queue.items) + len(self.router.held) + len(self.router.incoming),
+                 "inboxes": 0, "waiting": 0,
                  "running": 0, "on the link": self.link.in_flight if self.link else 0,
                  "handoff queue": (len(self.link.handoff_queue.items) + len(self.router.held_handoffs)
                                    if self.link else 0),

@@ -139,10 +139,13 @@ def test_sglang_chunk_budget_must_hold_a_page():
     with pytest.raises(ConfigError, match=r"'sglang.chunked_prefill_size' \(16\) must be at least 'block_size' "
                                           r"\(64\).* @ \$\.pools\.aggregated$"):
         scenario_from_dict({"pools": {"aggregated": {"backend": "sglang", "sglang": {"chunked_prefill_size": 16}}}})
-    with pytest.raises(ConfigError, match=r"'max_num_batched_tokens' \(the chunk budget\) \(32\) must be at least"):
-        scenario_from_dict({"pools": {"aggregated": {"backend": "sglang", "max_num_batched_tokens": 32}}})
+    # the default chunk budget is SGLang's 8192, not max_num_batched_tokens (the reference's too)
+    with pytest.raises(ConfigError, match=r"the default chunk budget \(8192, 'sglang.chunked_prefill_size'\) "
+                                          r"\(8192\) must be at least 'block_size' \(16384\)"):
+        scenario_from_dict({"pools": {"aggregated": {"backend": "sglang", "block_size": 16384}}})
+    scenario_from_dict({"pools": {"aggregated": {"backend": "sglang", "max_num_batched_tokens": 32}}})
     # without chunking, or on vllm (chunks of any token count), such budgets are valid
-    scenario_from_dict({"pools": {"aggregated": {"backend": "sglang", "max_num_batched_tokens": 32,
+    scenario_from_dict({"pools": {"aggregated": {"backend": "sglang", "block_size": 16384,
                                                  "enable_chunked_prefill": False}}})
     scenario_from_dict({"pools": {"aggregated": {"max_num_batched_tokens": 32}}})
 

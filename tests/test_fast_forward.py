@@ -10,9 +10,9 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from simkit import scenario_from_dict
+from simkit import override, scenario_from_dict
 from simkit.core.request import Request
-from simkit.sim import simulate
+from simkit.sim import build, simulate
 
 
 @st.composite
@@ -77,6 +77,71 @@ def test_fast_forward_equals_per_pass_stepping(case):
     fast = simulate(scenario, requests, fast_forward=True, record_passes=True)
     slow = simulate(scenario, requests, fast_forward=False, record_passes=True)
     assert fast == slow  # every request timestamp and every pass record, bit for bit
+
+
+class ReadsEverything:
+    """A user routing policy that reads every documented worker view: its choice depends on
+    KV use, queued prefill and cached prompt blocks, so stale state would change it."""
+
+    def pick(self, request, workers):
+        def score(w):
+            cached, total = w.cached_prompt_blocks(request)
+            return (w.kv_blocks_in_use + w.queued_prefill_tokens // 64 + total - cached, w.wid)
+        return min(workers, key=score)
+
+
+@st.composite
+def routed_cases(draw):
+    """Scenarios whose decisions read worker state at every instant: every router kind (KV-aware
+    with its knobs and event lag, least loaded, session affinity, a Python policy), router
+    queue thresholds, sessions with follow-up turns released when a turn ends, a planner that
+    observes the pools, both link sharings and placements."""
+    scenario, requests = draw(cases())
+    data = {}
+    router = draw(st.sampled_from(["kv_aware", "least_loaded", "session_affinity", "python", "round_robin"]))
+    if router == "kv_aware":
+        data["router"] = {"kind": "kv_aware",
+                          "overlap_score_credit": draw(st.sampled_from([1.0, 0.5, 2.0])),
+                          "overlap_score_credit_decay": draw(st.sampled_from([0.0, 1.0])),
+                          "decode_active_request_weight": draw(st.sampled_from([0.0, 3.0])),
+                          "router_temperature": draw(st.sampled_from([0.0, 0.0, 0.7])),
+                          "router_assume_kv_reuse": draw(st.booleans()),
+                          "kv_event_lag_ms": draw(st.sampled_from([0.0, 0.0, 7.0]))}
+    elif router != "python":
+        data["router"] = {"kind": router}
+    if draw(st.booleans()):
+        threshold = draw(st.sampled_from([("max_kv_usage", 0.3), ("max_kv_usage", 0.8),
+                                          ("max_queued_prefill_tokens", 600)]))
+        data["router_queue"] = {"policy": draw(st.sampled_from(["fcfs", "lcfs", "wspt"])), threshold[0]: threshold[1]}
+    paired = scenario.mode == "disaggregated" and scenario.pools.decode.backend == "sglang"
+    if draw(st.booleans()) and not paired:  # (a planner cannot scale paired sglang pools)
+        data["planner"] = {"kind": draw(st.sampled_from(["static", "threshold"])),
+                           "interval_s": draw(st.sampled_from([0.05, 0.3]))}
+    if scenario.mode == "disaggregated":
+        sharing = draw(st.sampled_from(["channels", "uncontended"]))
+        data["link"] = {"sharing": sharing, "channels": 1 if sharing == "uncontended" else scenario.link.channels,
+                        "timing_mode": "full_prompt" if paired else draw(st.sampled_from(["full_prompt",
+                                                                                           "destination_missing"]))}
+    scenario = override(scenario, data)
+    if draw(st.booleans()):  # sessions: turn n+1 released when turn n ends, after a think time
+        turns, out = draw(st.integers(2, 4)), []
+        for r in requests:
+            first = r.rid - r.rid % turns
+            deps = (r.rid - 1,) if r.rid != first else ()
+            out.append(Request(r.rid, r.arrived_at, r.input_length, r.output_length, r.hash_ids, r.hash_block_size,
+                               session=first, deps=deps, delay_s=draw(st.sampled_from([0.0, 0.01])) if deps else 0.0))
+        requests = out
+    return scenario, requests, router == "python"
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=routed_cases())
+def test_fast_forward_equals_per_pass_stepping_for_every_router(case):
+    scenario, requests, python = case
+    policy = (lambda: ReadsEverything()) if python else None
+    fast = build(scenario, requests, fast_forward=True, record_passes=True, router_policy=policy).run()
+    slow = build(scenario, requests, fast_forward=False, record_passes=True, router_policy=policy).run()
+    assert fast == slow
 
 
 def test_a_reservation_reaching_a_fast_forwarded_decode_worker_at_a_pass_end_is_between_passes():

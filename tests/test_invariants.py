@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from simkit import scenario_from_dict
+from simkit.spec import SGLANG_CHUNKED_PREFILL_SIZE
 from simkit.core.request import Request
 from simkit.sim import build
 
@@ -75,7 +76,7 @@ def _check_every_pass(sched, spec) -> None:
     if spec.backend != "sglang":
         budget = spec.max_num_batched_tokens
     elif spec.enable_chunked_prefill:
-        budget = spec.sglang.chunked_prefill_size or spec.max_num_batched_tokens
+        budget = spec.sglang.chunked_prefill_size or SGLANG_CHUNKED_PREFILL_SIZE
     else:
         budget = None  # SGLang admits a long prompt whole when chunking is off
 

@@ -77,9 +77,16 @@ def test_time_cap_leaves_requests_incomplete():
     assert r1.status == "incomplete" and r1.first_admitted_at is None
 
 
-def test_max_model_len_rejects_and_counts():
-    recs = simulate(scenario(max_model_len=1000), [req(0, 0, 990, 11), req(1, 0, 990, 10)]).requests
-    assert [r.status for r in recs] == ["rejected", "completed"]
+def test_max_model_len_cuts_the_output_or_rejects_and_counts():
+    # as the reference (measured, max_model_len 1000): 990 + 11 is cut to 10 tokens, 990 + 10
+    # fits, a 1000-token prompt is rejected (no room for a token), 999 + 5 is cut to 1 token
+    reqs = [req(0, 0, 990, 11), req(1, 0, 990, 10), req(2, 0, 1000, 5), req(3, 0, 999, 5)]
+    recs = simulate(scenario(max_model_len=1000), reqs).requests
+    assert [(r.status, r.output_length, r.requested_output_length) for r in recs] == [
+        ("completed", 10, 11), ("completed", 10, 10), ("rejected", 0, 5), ("completed", 1, 5)]
+    # max_model_len_action: reject (vLLM's OpenAI server answers 400) rejects every long request
+    recs = simulate(scenario(max_model_len=1000, max_model_len_action="reject"), reqs).requests
+    assert [r.status for r in recs] == ["rejected", "completed", "rejected", "rejected"]
 
 
 def test_ctrl_c_writes_partial_results_marked_incomplete(tmp_path, monkeypatch, capsys):

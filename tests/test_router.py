@@ -7,8 +7,8 @@ import random
 import pytest
 
 from simkit import override, scenario_from_dict
-from simkit.spec import KvAwareRouter, LeastLoadedRouter, SessionAffinityRouter
-from simkit.cluster.router import KvAware, LeastLoaded, SessionAffinity
+from simkit.spec import LeastLoadedRouter, SessionAffinityRouter
+from simkit.cluster.router import LeastLoaded, SessionAffinity
 from simkit.sim import simulate
 
 from conftest import P, req, scenario
@@ -25,32 +25,6 @@ class FakeWorker:
 def test_least_loaded_orders_by_kv_then_queue_then_index():
     ws = [FakeWorker(0, 50, 0, 0), FakeWorker(1, 20, 900, 0), FakeWorker(2, 20, 100, 0), FakeWorker(3, 20, 100, 0)]
     assert LeastLoaded(LeastLoadedRouter(), random.Random(0)).pick(None, ws).wid == 2
-
-
-def test_kv_aware_cost_and_seeded_ties():
-    # cost = 1.0 * (10 - cached) + blocks: w0 10 + 5 = 15, w1 2 + 12 = 14, w2 0 + 30 = 30
-    ws = [FakeWorker(0, 5, 0, 0), FakeWorker(1, 12, 0, 8), FakeWorker(2, 30, 0, 10)]
-    policy = KvAware(KvAwareRouter(overlap_weight=1.0), random.Random(0))
-    assert policy.costs(None, ws) == [15.0, 14.0, 30.0]
-    assert policy.pick(None, ws).wid == 1
-    # with overlap_weight 3 the cached worker wins despite its load: 35, 18, 30
-    assert KvAware(KvAwareRouter(overlap_weight=3.0), random.Random(0)).pick(None, ws).wid == 1
-    tied = [FakeWorker(i, 10, 0, 0) for i in range(4)]
-    picks = [KvAware(KvAwareRouter(), random.Random(7)).pick(None, tied).wid for _ in range(3)]
-    assert picks == [KvAware(KvAwareRouter(), random.Random(7)).pick(None, tied).wid] * 3  # replayable
-
-
-def test_kv_aware_can_count_queued_prefill():
-    # block_size 10 for the fake workers: w0 has 10 uncached + 300 / 10 queued = 40 prefill
-    # blocks -> 40 + 5 = 45; w1 has 2 + 0 -> 2 + 12 = 14; w2 0 + 100 / 10 -> 10 + 30 = 40
-    ws = [FakeWorker(0, 5, 300, 0), FakeWorker(1, 12, 0, 8), FakeWorker(2, 30, 100, 10)]
-    for w in ws:
-        w.block_size = 10
-    policy = KvAware(KvAwareRouter(count_queued_prefill=True), random.Random(0))
-    assert policy.costs(None, ws) == [45.0, 14.0, 40.0]
-    # overlap_weight 4: 160 + 5, 8 + 12, 40 + 30
-    assert KvAware(KvAwareRouter(overlap_weight=4.0, count_queued_prefill=True), random.Random(0)).costs(
-        None, ws) == [165.0, 20.0, 70.0]
 
 
 def test_session_affinity_sticks_to_the_first_workers_choice():
@@ -158,54 +132,6 @@ def test_priorities_from_traces_and_synthetic_workloads(tmp_path):
     plain = scenario_from_dict({"pools": {"aggregated": {}}, "workload": {"kind": "synthetic", "num_requests": 2000}})
     assert [(r.arrived_at, r.input_length) for r in synthesize(plain.workload, 0)] == [
         (r.arrived_at, r.input_length) for r in synthesize(s.workload, 0)]
-
-
-def test_kv_events_reach_the_router_after_the_lag():
-    # r0 (8 full 64-token blocks of prompt: 512 tokens) on one of two workers at t=0, its
-    # blocks stored when scheduled at t=0; with a 2 s event lag the router hears of them at
-    # t=2 s exactly, and of nothing before
-    from simkit.sim import build
-
-    s = override(scenario(workers=2), {"router": {"kind": "kv_aware", "kv_event_lag_ms": 2000.0}})
-    r0, r1 = req(0, 0, 513, 2, [7, 8]), req(1, 5000, 513, 2, [7, 8])
-    sim = build(s, [r0, r1])
-    sim.start()
-    sim.env.run(until=1.999)
-    assert [w.cached_prompt_blocks(r1) for w in sim.pools["aggregated"]] == [(0, 8), (0, 8)]
-    assert max(w.sched.kv.match(r1.block_keys(64), 8)[0] for w in sim.pools["aggregated"]) == 8  # cached
-    sim.env.run(until=2.0 + 1e-9)
-    assert sorted(w.cached_prompt_blocks(r1) for w in sim.pools["aggregated"]) == [(0, 8), (8, 8)]
-    records = sim.run()
-    assert records.requests[1].decode_worker == records.requests[0].decode_worker  # r1 follows its prefix
-    assert records.requests[1].cached_tokens == 512
-
-
-def test_kv_event_lag_zero_is_the_direct_read():
-    reqs = [req(i, 40 * i, 2048, 8, [100 * (i % 3) + j for j in range(4)]) for i in range(32)]
-    base = override(scenario(workers=4), {"router": {"kind": "kv_aware"}})
-    lagged = simulate(override(base, {"router.kv_event_lag_ms": 1e-6}), reqs)
-    direct = simulate(base, reqs)
-    # a (near) zero lag routes like the direct read here; a long one loses prefix hits
-    assert lagged.prompt_hit_tokens == direct.prompt_hit_tokens
-    blind = simulate(override(base, {"router.kv_event_lag_ms": 10_000.0}), reqs)
-    assert blind.prompt_hit_tokens < direct.prompt_hit_tokens
-
-
-@pytest.mark.parametrize("mode", ["full_prompt", "destination_missing"])
-def test_decode_placement_prefers_the_cached_worker_and_moves_only_missing_kv(mode):
-    # 1 prefill, 2 decode workers, KV-aware, a 1 GB/s link: a 1,030-token prompt is 16 full
-    # 64-token blocks + 6 tokens. r0 goes to some decode worker X and leaves its 16 blocks
-    # cached there. r1 (same prompt) is placed on X (16 cached blocks: cost 0 vs 16): full_prompt
-    # moves all 1,030 tokens, destination_missing only the 6 X lacks
-    s = override(scenario(mode="disaggregated", decode_workers=2),
-                 {"router": {"kind": "kv_aware"}, "link": {"bandwidth_gb_per_s": 1.0, "timing_mode": mode}})
-    r0, r1 = req(0, 0, 1030, 4, [1, 2, 3]), req(1, 2000, 1030, 4, [1, 2, 3])
-    records = simulate(s, [r0, r1], check=True)
-    a, b = records.requests
-    assert b.decode_worker == a.decode_worker
-    per_token = 131072 / 1e9
-    assert a.transfer_s == pytest.approx(1030 * per_token, rel=1e-12)  # nothing cached yet
-    assert b.transfer_s == pytest.approx((1030 if mode == "full_prompt" else 6) * per_token, rel=1e-12)
 
 
 def test_a_request_held_for_kv_room_goes_when_a_prefill_worker_frees_kv_after_the_handoff():

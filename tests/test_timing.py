@@ -132,10 +132,11 @@ def test_whole_prompt_must_fit_before_admission():
 
 
 def test_output_length_zero_and_one():
-    # 0 output tokens: done when the prompt is (no token, no TTFT); 1 token: TTFT, no ITL
+    # 0 output tokens: done when the prompt is (no token: no TTFT, and no E2E, which ends at
+    # the last token, as the reference reports it); 1 token: TTFT, no ITL
     r0, r1 = run([req(0, 0, 1000, 0), req(1, 0, 1000, 1)])
-    assert (r0.status, r0.output_length, r0.ttft_s, r0.itl_s) == ("completed", 0, None, None)
-    assert r0.e2e_s * 1000 == ms(P(2000))
+    assert (r0.status, r0.output_length, r0.ttft_s, r0.itl_s, r0.e2e_s) == ("completed", 0, None, None, None)
+    assert r0.finished_at * 1000 == ms(P(2000))
     assert (r1.status, r1.output_length, r1.itl_s) == ("completed", 1, None)
     assert ttft(r1) == ms(P(2000)) and r1.e2e_s == r1.ttft_s
     # disaggregated: a 0-token request never crosses the link

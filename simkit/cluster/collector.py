@@ -97,6 +97,12 @@ class Collector:
         self.expected = expected
         #: called as listener(rid, at, status) when a request ends (the source's dependents)
         self.listeners: list = []
+        #: called as listener(rid) when a request's prompt is done: its first token, or its
+        #: prefill on a prefill worker (a KV-aware router's queued prefill tokens)
+        self.prefill_listeners: list = []
+        #: called as listener(rid) when a prefill worker frees a request's KV, the decode side
+        #: having taken it over
+        self.release_listeners: list = []
         #: with :meth:`track_recent`: since the last :meth:`take_recent`, the requests that
         #: arrived, the TTFTs of first tokens (s), and per completion its ITL (s; None below 2
         #: tokens)
@@ -173,6 +179,8 @@ class Collector:
                 st.first_token_at = at
                 if self.recent is not None:
                     self.recent[1].append(at - st.arrived_at)
+                for listener in self.prefill_listeners:
+                    listener(rid)
             elif count == 1:
                 st.second_token_at = at
             st.n_tokens = count + 1
@@ -193,6 +201,8 @@ class Collector:
                 st.first_token_at = times[0]
                 if self.recent is not None:
                     self.recent[1].append(times[0] - st.arrived_at)
+                for listener in self.prefill_listeners:
+                    listener(rid)
                 if n > 1:
                     st.second_token_at = times[1]
             elif count == 1:
@@ -204,9 +214,15 @@ class Collector:
 
     def prefilled(self, rid: int, at: float) -> None:
         self.live[rid].prefilled_at = at
+        for listener in self.prefill_listeners:
+            listener(rid)
 
     def handed_off(self, rid: int, at: float) -> None:
         self.live[rid].handed_off_at = at
+
+    def released(self, rid: int, at: float) -> None:
+        for listener in self.release_listeners:
+            listener(rid)
 
     def finished(self, rid: int, at: float, status: str) -> None:
         st = self.live.pop(rid, None)

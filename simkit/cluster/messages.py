@@ -33,6 +33,23 @@ class Environment(simpy.Environment):
         return event
 
 
+#: heap priority of routing decisions: after every normal event of the instant (pass ends,
+#: arrivals, their cascades) and before its pass boundaries (``simkit.cluster.worker.LATE``)
+DECIDE = 1.5
+
+
+class Decide(Event):
+    """An event that fires at the current instant after every normal-priority event (so every
+    pass that ends now is complete, as the reference applies completions before routing) and
+    before the pass boundaries: the moment a routing decision reads the cluster's state."""
+
+    def __init__(self, env: simpy.Environment) -> None:
+        super().__init__(env)
+        self._ok = True
+        self._value = None
+        env.schedule(self, DECIDE)
+
+
 class Reserve:
     """Router -> decode worker (SGLang-style pairing): reserve room for a request's KV; the
     decode worker queues it and answers at a pass boundary, and only then is the request sent

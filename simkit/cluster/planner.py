@@ -372,15 +372,16 @@ def make_planner_policy(spec: PlannerSpec, factory=None):
 
 
 def _mean(values: list) -> Optional[float]:
-    return sum(values) / len(values) if values else None
+    """The mean, summed exactly (``math.fsum``): independent of the order the values came in."""
+    return math.fsum(values) / len(values) if values else None
 
 
 def _cv2(values: list) -> Optional[float]:
     """Squared coefficient of variation (variance / mean^2), None for fewer than 2 values."""
     if len(values) < 2:
         return None
-    m = sum(values) / len(values)
-    return sum((v - m) ** 2 for v in values) / len(values) / (m * m) if m else None
+    m = math.fsum(values) / len(values)
+    return math.fsum((v - m) ** 2 for v in values) / len(values) / (m * m) if m else None
 
 
 def _p90(values: list) -> Optional[float]:
@@ -467,8 +468,10 @@ class Planner:
                 queued = list(router.handoff_queue.items) + list(router.held_handoffs)
                 queued_reqs = [h.request for h in queued]
             else:
-                queued_reqs = list(router.router_queue.items) + list(router.held)
+                queued_reqs = list(router.router_queue.items) + list(router.held) + list(router.incoming)
             workers = [w for w in pool.workers if pool.state[w.wid] in ("active", "draining")]
+            for w in workers:  # a fast-forwarded run shows its state as of now, after this instant's boundaries
+                w.settle(boundary=True)
             c = pool.counts
             views[name] = PoolView(
                 name=name, starting=len(pool.pending), active=c["active"], draining=c["draining"],

@@ -38,6 +38,9 @@ class Probe(Protocol):
     def handed_off(self, rid: int, at: float) -> None:
         """The prompt KV of ``rid`` reached the decode side of the handoff link."""
 
+    def released(self, rid: int, at: float) -> None:
+        """The prefill worker of ``rid`` freed its prompt KV: the decode side took it over."""
+
     def finished(self, rid: int, at: float, status: str) -> None:
         """``rid`` ended: ``completed`` or ``rejected``."""
 
@@ -52,4 +55,5 @@ class NullProbe:
     def token_run(self, rids, times): pass
     def prefilled(self, rid, at): pass
     def handed_off(self, rid, at): pass
+    def released(self, rid, at): pass
     def finished(self, rid, at, status): pass

@@ -10,7 +10,6 @@ Part of :mod:`simkit.cluster`.
 
 from __future__ import annotations
 
-import math
 import random
 from typing import Optional, Protocol, Sequence
 
@@ -24,6 +23,8 @@ from simkit.spec import (
     RouterSpec,
     SessionAffinityRouter,
 )
+from simkit.cluster.kv_router import KvAware
+from simkit.cluster.messages import Decide
 from simkit.cluster.probe import Probe
 from simkit.cluster.worker import Stuck
 
@@ -75,39 +76,6 @@ class LeastLoaded:
         return min(workers, key=_load)
 
 
-class KvAware:
-    """cost = overlap_weight * uncached prompt blocks (+ queued prefill blocks with
-    ``count_queued_prefill``) + KV blocks in use; lowest wins (seeded ties) or, with a
-    temperature, a softmax draw."""
-
-    def __init__(self, spec: KvAwareRouter, rng: random.Random) -> None:
-        self.weight = spec.overlap_weight
-        self.temperature = spec.temperature
-        self.queued = spec.count_queued_prefill
-        self.rng = rng
-
-    def costs(self, request, workers: Sequence[Routable]) -> list[float]:
-        out = []
-        for w in workers:
-            cached, total = w.cached_prompt_blocks(request)
-            prefill = total - cached
-            if self.queued:
-                prefill += w.queued_prefill_tokens / w.block_size
-            out.append(self.weight * prefill + w.kv_blocks_in_use)
-        return out
-
-    def pick(self, request, workers: Sequence[Routable]):
-        costs = self.costs(request, workers)
-        if self.temperature > 0:
-            scale = self.temperature * max(sum(costs) / len(costs), 1.0)
-            low = min(costs)
-            weights = [math.exp(-(c - low) / scale) for c in costs]
-            return self.rng.choices(list(workers), weights=weights)[0]
-        low = min(costs)
-        tied = [w for w, c in zip(workers, costs) if c == low]
-        return tied[0] if len(tied) == 1 else self.rng.choice(tied)
-
-
 class SessionAffinity:
     """A session sticks to the worker that served its previous request; others: least loaded."""
 
@@ -127,7 +95,7 @@ class SessionAffinity:
         return worker
 
 
-ROUTING_POLICIES = {RoundRobinRouter: RoundRobin, LeastLoadedRouter: LeastLoaded, KvAwareRouter: KvAware,
+ROUTING_POLICIES = {RoundRobinRouter: RoundRobin, LeastLoadedRouter: LeastLoaded,
                     SessionAffinityRouter: SessionAffinity}
 
 
@@ -157,11 +125,14 @@ class CheckedPolicy:
         return worker
 
 
-def make_policy(spec: RouterSpec, rng: Optional[random.Random] = None, factory=None):
-    """A fresh policy object for ``spec`` (one per routing decision point); ``factory()`` builds
-    a user policy (``kind: python``)."""
+def make_policy(spec: RouterSpec, rng: Optional[random.Random] = None, factory=None, role: str = "aggregated"):
+    """A fresh policy object for ``spec`` (one per routing decision point: the prompt pool's,
+    whose ``role`` is aggregated or prefill, and the decode pool's); ``factory()`` builds a user
+    policy (``kind: python``)."""
     if factory is not None:
         return CheckedPolicy(factory())
+    if isinstance(spec, KvAwareRouter):
+        return KvAware(spec, rng or random.Random(0), role)
     return ROUTING_POLICIES[type(spec)](spec, rng or random.Random(0))
 
 
@@ -169,6 +140,14 @@ class Router:
     """Dispatches from ``router_queue`` to ``entry_workers`` and, in disaggregated mode, from
     ``handoff_queue`` to ``decode_workers``. ``rngs`` are the seeded streams of the entry and
     decode policies; ``policy_factory`` builds a user policy (one per decision point).
+
+    Every decision is taken at a :class:`~simkit.cluster.messages.Decide` event: after all of
+    the instant's normal events (so a pass ending now is complete, as the reference applies
+    completions before routing) and before its pass boundaries, one decision per event (so the
+    next one sees what the last changed: a worker that took the request in). Requests released
+    at one instant are decided in id order, whatever order their releases took; held ones keep
+    their release order. Workers in a fast-forwarded run show their state as of now
+    (:meth:`simkit.cluster.worker.Worker.settle`).
 
     With ``dynamic`` pools (a planner), the worker lists are the pools' live ``routable``
     lists, which may be empty: requests (and handoffs) then wait in the router, and the pool
@@ -181,7 +160,8 @@ class Router:
                  decode_workers: Optional[Sequence] = None,
                  rngs: tuple[random.Random, random.Random] = (random.Random(0), random.Random(1)),
                  queue_spec: Optional[RouterQueueSpec] = None, dynamic: bool = False,
-                 policy_factory=None, pair_at_dispatch: bool = False) -> None:
+                 policy_factory=None, pair_at_dispatch: bool = False,
+                 entry_role: str = "aggregated") -> None:
         self.env = env
         #: pick the decode worker when the request is dispatched, not when its KV arrives: SGLang's
         #: PD disaggregation pairs prefill and decode workers up front (the reference's sglang
@@ -196,16 +176,19 @@ class Router:
         self.probe = probe
         self.queue_spec = queue_spec or RouterQueueSpec()
         self.dynamic = dynamic
-        self.held: list = []  #: requests waiting for a worker that is not busy
+        #: requests released and not sent: in release order (instant, then id)
+        self.held: list = []
+        #: requests taken from the router queue and not yet ordered into ``held``
+        self.incoming: list = []
         self.wake = env.event()  #: succeeded by a worker's pass end while requests are held
-        self.held_handoffs: list = []  #: dynamic pools: handoffs waiting for a decode worker
+        self.held_handoffs: list = []  #: handoffs waiting for a decision or a decode worker
         self.decode_wake = env.event()
         self.router_queue = router_queue
         self.entry_workers = entry_workers
         self.handoff_queue = handoff_queue
         self.decode_workers = decode_workers
-        self.entry_policy = make_policy(spec, rngs[0], policy_factory)
-        self.decode_policy = make_policy(spec, rngs[1], policy_factory)
+        self.entry_policy = make_policy(spec, rngs[0], policy_factory, entry_role)
+        self.decode_policy = make_policy(spec, rngs[1], policy_factory, "decode")
 
     def start(self) -> list:
         procs = [self.env.process(self.dispatch_new())]
@@ -214,23 +197,33 @@ class Router:
         return procs
 
     def dispatch_new(self):
-        """Yields: ``router_queue.get()`` for each request; with busy thresholds, also a
-        worker's wake-up while requests are held."""
-        if not self.queue_spec.enabled and not self.dynamic:
-            while True:
-                request = yield self.router_queue.get()
-                self._send(request, self.entry_workers)
+        """Yields: while nothing can be decided, ``router_queue.get()`` or a worker's wake-up;
+        a :class:`Decide` per decision."""
+        env, queue, held, incoming = self.env, self.router_queue, self.held, self.incoming
+        gated = self.queue_spec.enabled
+        sendable = False
         while True:
-            ready = [w for w in self.entry_workers if not self._busy(w)]
-            if self.held and ready:
-                self._send(self._next_held(), ready)
-                continue
-            with self.router_queue.get() as get:
-                yield get | self.wake
-                if get.triggered:
-                    self.held.append(get.value)
-            if self.wake.triggered:
-                self.wake = self.env.event()
+            if not queue.items and not sendable:
+                with queue.get() as get:
+                    yield get | self.wake
+                    if get.triggered:
+                        incoming.append(get.value)
+                if self.wake.triggered:
+                    self.wake = env.event()
+            yield Decide(env)
+            if queue.items or incoming:  # released this instant: in id order
+                incoming.extend(queue.items)
+                queue.items.clear()
+                incoming.sort(key=_rid)
+                held.extend(incoming)
+                incoming.clear()
+            sendable = False
+            if held:
+                workers = self.entry_workers
+                ready = [w for w in workers if not self._busy(w)] if gated else workers
+                if ready:
+                    self._send(self._next_held(), ready)
+                    sendable = bool(held)
 
     def _send(self, request, workers) -> None:
         self.probe.dispatched(request.rid, self.env.now)
@@ -268,7 +261,8 @@ class Router:
 
     def place_decode(self, request):
         """Choose the decode worker for ``request`` now, before its KV moves (destination_missing),
-        and count it as expected there; None when no decode worker is routable."""
+        and count it as expected there; None when no decode worker is routable. Called at a
+        :class:`Decide` (the link waits for one)."""
         workers = self.decode_workers
         if not workers:
             return None
@@ -282,26 +276,35 @@ class Router:
             self.decode_wake.succeed()
 
     def dispatch_handoff(self):
-        """Yields: ``handoff_queue.get()`` for each transferred request (a ``Handoff``); with
-        dynamic pools, also a decode worker's activation while handoffs are held."""
+        """Yields: while nothing can be decided, ``handoff_queue.get()`` (a ``Handoff``) or a
+        decode worker's activation; a :class:`Decide` per decision. Handoffs leave in the
+        order their KV arrived. Paired at dispatch (sglang), a handoff goes to its decode worker
+        as it arrives: nothing is decided."""
+        env, queue, held = self.env, self.handoff_queue, self.held_handoffs
         workers = self.decode_workers
-        if not self.dynamic:
+        if self.pair_at_dispatch:  # sglang: its decode worker, chosen at dispatch, holds its room
             while True:
-                handoff = yield self.handoff_queue.get()
-                if self.pair_at_dispatch:  # sglang: its decode worker was chosen at dispatch
-                    worker = self.paired.pop(handoff.request.rid)
-                else:
-                    worker = self.decode_policy.pick(handoff.request, workers)
-                worker.inbox.put(handoff)
-        held = self.held_handoffs
+                handoff = yield queue.get()
+                self.paired.pop(handoff.request.rid).inbox.put(handoff)
+        sendable = False
         while True:
+            if not queue.items and not sendable:
+                with queue.get() as get:
+                    yield get | self.decode_wake
+                    if get.triggered:
+                        held.append(get.value)
+                if self.decode_wake.triggered:
+                    self.decode_wake = env.event()
+            yield Decide(env)
+            if queue.items:
+                held.extend(queue.items)
+                queue.items.clear()
+            sendable = False
             if held and workers:
-                handoff = held.pop(0)  # in arrival order
+                handoff = held.pop(0)
                 self.decode_policy.pick(handoff.request, workers).inbox.put(handoff)
-                continue
-            with self.handoff_queue.get() as get:
-                yield get | self.decode_wake
-                if get.triggered:
-                    held.append(get.value)
-            if self.decode_wake.triggered:
-                self.decode_wake = self.env.event()
+                sendable = bool(held)
+
+
+def _rid(request) -> int:
+    return request.rid

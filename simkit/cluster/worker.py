@@ -29,12 +29,11 @@ from simpy.events import Event
 
 from simkit.spec import PoolSpec
 from simkit.engine.latency import LatencyModel
-from simkit.engine.kvcache import PublishedBlocks
 from simkit.cluster.messages import Drain, Handoff, Inbox, Released, Reserve
 from simkit.cluster.probe import COMPLETED, REJECTED, Probe
 from simkit.core.records import PassRecord
 from simkit.core.request import Request
-from simkit.engine.scheduler import Seq, make_scheduler
+from simkit.engine.scheduler import make_scheduler
 
 #: passes in the first chunk of a fast-forwarded decode run (then doubling)
 FIRST_CHUNK = 128
@@ -52,6 +51,26 @@ class PassBoundary(Event):
         self._ok = True
         self._value = None
         env.schedule(self, LATE + rank)
+
+
+class DecodeRun:
+    """A fast-forwarded run of identical pure-decode passes under way on a worker: its first
+    pass's ``batch`` (whose ``run_started``/``run_done`` say how much of it the scheduler has
+    applied), its ``start``, the pass times and ends laid out so far, the passes it may run at
+    most (``passes``), and whether its allocations may evict announced cache blocks
+    (``may_evict``: a KV-aware router then brings it up to date before deciding)."""
+
+    __slots__ = ("batch", "start", "dts", "ends", "passes", "may_evict", "used0", "computed0")
+
+    def __init__(self, batch, start: float, passes: int, may_evict: bool) -> None:
+        self.batch = batch
+        self.start = start
+        self.dts: list = []
+        self.ends: list = []
+        self.passes = passes
+        self.may_evict = may_evict
+        self.used0 = 0  #: KV blocks in use after the first pass's allocation (pass records)
+        self.computed0: list = []  #: each request's computed tokens at the start (pass records)
 
 
 class Stuck(Exception):
@@ -116,7 +135,8 @@ class Worker:
         #: after the next pass is formed
         self.async_scheduling = spec.async_scheduling
         self.deferred: list = []
-        #: called after each pass (the router re-checks its busy thresholds)
+        #: called when this worker's load may have dropped: after each pass, a rejection, a
+        #: release of prompt KV (the router re-checks its busy thresholds)
         self.on_pass_end: Optional[Callable[[], None]] = None
         #: set by a :class:`Drain` message: finish the work held, then stop
         self.draining = False
@@ -125,52 +145,109 @@ class Worker:
         #: handoffs placed on this worker still on the link (destination_missing): it may not
         #: stop draining before they arrive
         self.expected_handoffs = 0
-        #: with a KV event lag: what the router has heard of this worker's cache
-        self.published: Optional[PublishedBlocks] = None
+        #: with a KV-aware router: called as kv_listener(wid, stored, keys) when this worker's
+        #: KV events reach the router (blocks stored: at the end of the pass that computed them;
+        #: evicted: when allocated over), ``event_lag_s`` after they happen
+        self.kv_listener: Optional[Callable[[int, bool, list], None]] = None
         self.event_lag_s = 0.0
+        #: keys stored during the pass under way, announced at its end (insertion-ordered)
+        self.stored_in_pass: dict = {}
 
         #: decode pool with pairing at dispatch: called with a request whose KV room this
         #: worker reserved (at its pass boundary), to send it on to a prefill worker
         self.on_reserved: Optional[Callable[[Request], None]] = None
         #: requests waiting for this (busy) decode worker to reserve room for their KV
         self.pending_reserve: deque = deque()
+        #: decode role: rid -> the prefill worker holding its KV, released at its admission
+        self.sources: dict = {}
         #: attempts owed to the head of ``pending_reserve`` at the next pass boundary (see
         #: :meth:`_answer_reservations`)
         self.reserve_credit = 0
         self.in_pass = False  #: a forward pass (or a fast-forwarded run of them) is under way
-        #: the pass ends laid out so far by a fast-forwarded run under way (else None)
-        self.run_ends: Optional[list] = None
+        #: the fast-forwarded decode run under way (else None)
+        self.run: Optional[DecodeRun] = None
 
-    def publish_kv_events(self, lag_s: float) -> None:
-        """From now on, announce blocks stored and evicted; the router's view of this worker's
-        cache (:attr:`published`, read by :meth:`cached_prompt_blocks`) gets them ``lag_s`` later."""
-        self.published = PublishedBlocks()
+    def publish_kv_events(self, listener: Callable[[int, bool, list], None], lag_s: float = 0.0) -> None:
+        """From now on, announce the blocks this worker's cache stores and evicts to
+        ``listener(wid, stored, keys)``, ``lag_s`` after they happen: a block stored by a pass
+        at that pass's end (the reference publishes it then: measured, a prompt's blocks are not
+        hittable for the router while its pass runs), one stored between passes (a prompt's last
+        pages inserted at its handoff) at once, an evicted one when the allocation takes it."""
+        self.kv_listener = listener
         self.event_lag_s = lag_s
-        self.sched.kv.on_event = self._publish
+        self.sched.kv.on_event = self._kv_event
 
-    def _publish(self, stored: bool, keys: list) -> None:
-        self.env.timeout(self.event_lag_s).callbacks.append(
-            lambda _event: self.published.apply(stored, keys))
+    def _kv_event(self, stored: bool, keys: list) -> None:
+        pending = self.stored_in_pass
+        if stored:
+            pending.update(dict.fromkeys(keys))
+            return
+        if pending:  # stored and evicted before the router heard of it: it hears of neither
+            gone = [k for k in keys if k in pending]
+            for key in gone:
+                del pending[key]
+            if gone:
+                keys = [k for k in keys if k not in gone]
+        if keys:
+            self._announce(False, keys)
+
+    def _flush_stored(self) -> None:
+        """Announce the blocks stored since the last announcement."""
+        keys = list(self.stored_in_pass)
+        self.stored_in_pass = {}
+        self._announce(True, keys)
+
+    def _announce(self, stored: bool, keys: list) -> None:
+        if self.event_lag_s:
+            self.env.timeout(self.event_lag_s).callbacks.append(
+                lambda _event: self.kv_listener(self.wid, stored, keys))
+        else:
+            self.kv_listener(self.wid, stored, keys)
 
     def start(self) -> simpy.Process:
         return self.env.process(self.serve())
 
-    def _log_run(self, batch, ends: list, start: float) -> None:
-        """Pass records of a fast-forwarded run, equal to those pass-by-pass stepping makes:
-        pass i's KV is what its own allocation would hold (blocks for computed + i tokens, plus the
-        newest token's slot where the engine gives one)."""
+    def _log_run(self, run: DecodeRun, n: int) -> None:
+        """Pass records of the first ``n`` passes of fast-forwarded ``run``, equal to those
+        pass-by-pass stepping makes: pass i's KV is what its own allocation would hold (blocks for
+        computed + i + 1 tokens, plus the newest token's slot where the engine gives one)."""
         bs = self.sched.block_size
-        used0 = self.sched.kv.used_blocks  # after the first pass's allocation
-        seqs = [seq for seq, _, _ in batch.entries]
         slot = self.sched.decode_slot  # the newest token's KV slot, where the engine gives one
-        first = [-(-(seq.computed + 1 + slot) // bs) for seq in seqs]
+        first = [-(-(c + 1 + slot) // bs) for c in run.computed0]
+        batch = run.batch
         n_req, ctx = batch.decode_requests, batch.decode_context_tokens
-        prev = start
-        for i, end in enumerate(ends):
-            used = used0 + sum(max(0, -(-(seq.computed + i + 1 + slot) // bs) - b) for seq, b in zip(seqs, first))
+        prev = run.start
+        for i, end in enumerate(run.ends[:n]):
+            used = run.used0 + sum(max(0, -(-(c + i + 1 + slot) // bs) - b) for c, b in zip(run.computed0, first))
             self.pass_log.append(PassRecord(self.pool, self.wid, prev, end, 0, n_req, ctx + i * n_req, used,
                                             0, 0))
             prev = end
+
+    def settle(self, boundary: bool = False) -> None:
+        """Bring the state of a fast-forwarded run under way up to now, as pass-by-pass stepping
+        would show it: passes ended by now are complete (their tokens emitted), the pass under way
+        has its KV allocated. ``boundary``: the caller runs after this instant's pass boundaries
+        (the planner), so a pass starting now has started; otherwise (the router, which decides
+        after the instant's pass ends and before its boundaries) it has not. A no-op without a
+        run; exact because the scheduler applies a run in pieces as it would at once
+        (:meth:`~simkit.engine.scheduler.base.Scheduler.advance_decode_run`)."""
+        run = self.run
+        if run is None:
+            return
+        now = self.env.now
+        ends = run.ends
+        done = bisect_right(ends, now)
+        started = done + 1 if (boundary or not done or ends[done - 1] < now) else done
+        started = min(started, run.passes)
+        batch = run.batch
+        old = batch.run_done
+        if started <= batch.run_started and done <= old:
+            return
+        rids, finished = self.sched.advance_decode_run(batch, max(started, batch.run_started), max(done, old))
+        if done > old:
+            self.probe.token_run(rids, ends[old:done])
+        for seq in finished:  # (none: a run's last pass end is an event, handled before any read)
+            self.probe.finished(seq.rid, ends[done - 1], COMPLETED)
 
     # ------------------------------------------------------------------ read-only snapshot
     # (what routing policies may read; see simkit.cluster.router.Routable)
@@ -194,6 +271,7 @@ class Worker:
     @property
     def kv_blocks_in_use(self) -> int:
         """KV blocks held by requests on this worker now."""
+        self.settle()
         return self.sched.kv.used_blocks
 
     @property
@@ -202,20 +280,20 @@ class Worker:
         sched = self.sched
         queued = sum(m.input_length for m in self.inbox.items if type(m) is Request)
         queued += sum(m.input_length for m in self.deferred if type(m) is Request)
+        if type(self.in_hand) is Request:  # taken from the inbox by a run it cut, not yet accepted
+            queued += self.in_hand.input_length
         queued += sum(s.prefill_target - s.computed for s in sched.waiting)
         queued += sum(s.prefill_target - s.computed for s in sched.running if s.computed < s.prefill_target)
         return queued
 
     def cached_prompt_blocks(self, request: Request) -> tuple[int, int]:
-        """(leading prompt blocks of ``request`` cached here, its full prompt blocks); with KV
-        events, cached as far as the router has heard."""
+        """(leading prompt blocks of ``request`` cached here now, its full prompt blocks)."""
         sched = self.sched
         total = request.input_length // sched.block_size
         if not sched.caching:
             return 0, total
+        self.settle()
         keys = request.block_keys(sched.block_size)
-        if self.published is not None:
-            return self.published.match(keys), total
         return sched.kv.match(keys, len(keys))[0], total
 
     def cached_prompt_tokens(self, request: Request) -> int:
@@ -224,6 +302,7 @@ class Worker:
         sched = self.sched
         if not sched.caching:
             return 0
+        self.settle()
         keys = request.block_keys(sched.block_size)
         return sched.kv.match(keys, len(keys))[0] * sched.block_size
 
@@ -246,7 +325,7 @@ class Worker:
         rejected at once. With no pass under way and nothing queued the attempt is made now;
         otherwise the request queues and is answered at a pass boundary (see
         :meth:`_answer_reservations`)."""
-        seq = Seq(request, transferred=True)
+        seq = self.sched.make_seq(request, transferred=True)
         if not self.sched.fits_ever(seq):
             self.probe.finished(seq.rid, self.env.now, REJECTED)
         elif self.idle and not self.inbox.items:
@@ -261,9 +340,9 @@ class Worker:
         """Whether now is the end of a pass of the fast-forwarded run under way: there, as
         after a stepped pass's end (which SimPy runs before a dispatch of the same instant),
         the worker is between passes."""
-        ends = self.run_ends
-        if ends is None:
+        if self.run is None:
             return False
+        ends = self.run.ends
         i = bisect_left(ends, self.env.now)
         return i < len(ends) and ends[i] == self.env.now
 
@@ -291,6 +370,9 @@ class Worker:
     def _accept(self, msg) -> None:
         if type(msg) is Released:
             self.sched.release(msg.rid)
+            self.probe.released(msg.rid, self.env.now)
+            if self.stored_in_pass:  # its last pages joined the cache between passes
+                self._flush_stored()
             if self.on_pass_end is not None:  # its KV freed: a request held for KV room may go
                 self.on_pass_end()
             return
@@ -310,15 +392,22 @@ class Worker:
                 if msg.source is not None:  # the prefill side frees the KV now
                     msg.source.inbox.put(Released(rid))
                 return
-            seq = Seq(msg.request, transferred=True)
+            seq = self.sched.make_seq(msg.request, transferred=True)
             if msg.block_size == sched.block_size and sched.caching:
                 seq.keys = msg.block_keys
+            if msg.source is not None:  # released when this worker admits it
+                self.sources[rid] = msg.source
         else:
-            seq = Seq(msg)
+            seq = self.sched.make_seq(msg)
         if sched.fits_ever(seq):
             sched.add(seq)
         else:
+            source = self.sources.pop(seq.rid, None)
+            if source is not None:  # never admitted here: the prefill side frees it now
+                source.inbox.put(Released(seq.rid))
             self.probe.finished(seq.rid, self.env.now, REJECTED)
+            if self.on_pass_end is not None:  # its queued prompt left: a held request may go
+                self.on_pass_end()
 
     def serve(self):
         """Run forward passes forever.
@@ -379,9 +468,12 @@ class Worker:
                     self._accept((yield inbox.get()))
                 continue
             now = env.now
+            sources = self.sources
             for seq, cached in batch.admitted:
                 lookup = seq.prefill_target if prompt_pool else 0
                 probe.admitted(seq.rid, now, pool, wid, cached, lookup)
+                if sources and seq.rid in sources:  # its KV taken over: the prefill side frees it
+                    sources.pop(seq.rid).inbox.put(Released(seq.rid))
             prefill_tokens = batch.prefill_tokens
             if batch.prefill_requests > 1 and priced is not None:
                 prefill_tokens = priced(prefill_tokens, batch.prefill_requests, batch.prefill_start_tokens)
@@ -401,6 +493,8 @@ class Worker:
                     continue
             kv_blocks = sched.kv.used_blocks
             yield env.timeout(dt)
+            if self.stored_in_pass:
+                self._flush_stored()
             self.passes += 1
             self.busy_s += dt
             if self.pass_log is not None:  # logged once complete, like the pass count
@@ -436,7 +530,8 @@ class Worker:
         SimPy time. They are laid out in doubling chunks (16, 32, ... passes) so that a run
         cut short wastes little. A message arriving in the inbox cuts the run at the first
         pass end at or after its arrival, the boundary where the per-pass path would take it.
-        Tokens and completions are applied once, at the end, with their per-pass times.
+        Tokens and completions are applied at the end, with their per-pass times, or earlier
+        in pieces when something reads the worker's state mid-run (:meth:`settle`).
 
         ``k`` is :meth:`~simkit.engine.scheduler.VllmScheduler.decode_run_length` of ``batch`` (> 1).
 
@@ -448,10 +543,12 @@ class Worker:
         horizon = self.horizon
         if self.clock is not None:
             horizon = self.clock.next_at if horizon is None else min(horizon, self.clock.next_at)
-        start = env.now
-        dts: list = []
-        ends: list = []
-        self.run_ends = ends
+        may_evict = self.kv_listener is not None and sched.decode_run_blocks(batch, k) > sched.kv.free_anon
+        run = self.run = DecodeRun(batch, env.now, k, may_evict)
+        if self.pass_log is not None:
+            run.used0 = sched.kv.used_blocks
+            run.computed0 = [seq.computed for seq, _, _ in batch.entries]
+        dts, ends = run.dts, run.ends
         msg = None
         chunk = FIRST_CHUNK
         with self.inbox.get() as get:
@@ -469,6 +566,8 @@ class Worker:
                 ends += more_ends
                 if not more_ends:
                     break
+                if capped:
+                    run.passes = len(ends)
                 yield get | env.timeout_at(ends[-1])
                 if get.triggered:
                     msg = self.in_hand = get.value
@@ -476,20 +575,23 @@ class Worker:
                 if capped:
                     break
                 chunk *= 2
-        self.run_ends = None
         n = len(ends)
         if msg is not None and env.now < ends[-1]:
             n = bisect_left(ends, env.now) + 1  # the first pass end >= the arrival
+            run.passes = n
             if ends[n - 1] > env.now:
                 yield env.timeout_at(ends[n - 1])
+        self.run = None
         self.passes += n
         self.busy_s += sum(dts[:n])
         if self.pass_log is not None:
-            self._log_run(batch, ends[:n], start)
-        rids, finished = sched.complete_decode_run(batch, n)
+            self._log_run(run, n)
+        old = batch.run_done
+        rids, finished = sched.advance_decode_run(batch, n, n)
         if self.on_pass_end is not None:
             self.on_pass_end()
-        self.probe.token_run(rids, ends[:n])
+        if n > old:  # (a settle may have applied them all: a message at a pass end it read)
+            self.probe.token_run(rids, ends[old:n])
         now = env.now
         for seq in finished:
             self.probe.finished(seq.rid, now, COMPLETED)

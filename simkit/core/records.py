@@ -60,8 +60,9 @@ class RequestRecord:
 
     @property
     def e2e_s(self) -> Optional[float]:
-        """End-to-end latency: completion - arrival."""
-        return _between(self.arrived_at, self.finished_at)
+        """End-to-end latency: last token - arrival (REFERENCE.md s7); None for a request that
+        produced no token (output length 0), as the reference reports it."""
+        return _between(self.arrived_at, self.last_token_at)
 
     @property
     def transfer_s(self) -> Optional[float]:

@@ -45,8 +45,9 @@ class Request:
     delay_s: float = 0.0
     priority: float = 1.0
 
-    def block_keys(self, block_size: int) -> list[int]:
-        """Identity keys of the prompt's *full* engine blocks of ``block_size`` tokens.
+    def block_keys(self, block_size: int, limit: Optional[int] = None) -> list[int]:
+        """Identity keys of the prompt's *full* engine blocks of ``block_size`` tokens (the
+        first ``limit`` of them, when given).
 
         The key of engine block i (tokens ``[i*bs, (i+1)*bs)``) names the trace block that
         holds its last token and the end offset inside it; since trace ids are chained, equal
@@ -58,10 +59,13 @@ class Request:
         tbs = self.hash_block_size
         # blocks past what the ids cover (an unhashed partial tail) have no identity
         n_full = min(self.input_length, len(ids) * tbs) // block_size
+        if limit is not None and limit < n_full:
+            n_full = max(limit, 0)
         stride = tbs + 1
         if tbs % block_size == 0:  # the common case: whole engine blocks per trace block
             offsets = range(block_size, tbs + 1, block_size)
-            keys = [h * stride + off for h in ids for off in offsets]
+            per_id = tbs // block_size
+            keys = [h * stride + off for h in ids[:-(-n_full // per_id)] for off in offsets]
             del keys[n_full:]
             return keys
         keys = []

@@ -8,6 +8,9 @@ aiconfigurator database or pass table exist) and fills the defaults that come fr
   GPU (:func:`simkit.engine.hardware.kv_capacity_blocks`, vLLM's sizing), else the reference
   mocker's 16384 (:data:`simkit.spec.DEFAULT_NUM_GPU_BLOCKS`);
 - a pool's unset ``max_model_len``: the model's ``max_position_embeddings`` (vLLM's default);
+- an SGLang pool's unset ``sglang.chunked_prefill_size``: SGLang's default by GPU memory (16384
+  above 160 GB, else 8192) when its latency model names a GPU; otherwise it stays unset and
+  the scheduler uses 8192, as the reference does;
 - the link's unset ``kv_bytes_per_token``: the model's whole-model KV bytes per token (the last
   pool's model that names one), else 131072 (Llama-3.1-8B in bf16, REFERENCE.md section 5).
 
@@ -24,7 +27,7 @@ import importlib.util
 import attrs
 
 from simkit.engine import hardware
-from simkit.spec import (DEFAULT_NUM_GPU_BLOCKS, AicLatency, DeploymentLatency, LatencySpec, ResolveError,
+from simkit.spec import (DEFAULT_NUM_GPU_BLOCKS, SGLANG_CHUNKED_PREFILL_SIZE, SGLANG_CHUNKED_PREFILL_SIZE_LARGE, AicLatency, DeploymentLatency, LatencySpec, ResolveError,
                          RooflineLatency, Scenario, TableLatency)
 
 __all__ = ["check_latency", "resolve_scenario"]
@@ -78,6 +81,16 @@ def check_latency(spec: LatencySpec, path: str = "$.latency") -> None:
         raise ResolveError([(f"{path}.{problem[0]}", problem[1])])
 
 
+def _sglang_chunk(lat: DeploymentLatency) -> int:
+    """SGLang's default ``chunked_prefill_size`` for the GPU of ``lat``: 16384 on a GPU of more
+    than 160 GiB, else 8192 (SGLang ``server_args.py``, its GPU-memory rule in MiB)."""
+    try:
+        memory_gib = hardware.load_gpu(lat.gpu).memory_bytes / 2**30
+    except hardware.HardwareError:  # an aic system name simkit's GPU table lacks
+        return SGLANG_CHUNKED_PREFILL_SIZE
+    return SGLANG_CHUNKED_PREFILL_SIZE_LARGE if memory_gib > 160 else SGLANG_CHUNKED_PREFILL_SIZE
+
+
 def resolve_scenario(scenario: Scenario) -> Scenario:
     """``scenario`` with the defaults its hardware implies filled in (see the module docstring);
     values already set are kept, so resolving twice gives the same scenario.
@@ -112,6 +125,8 @@ def resolve_scenario(scenario: Scenario) -> Scenario:
             else:
                 blocks = DEFAULT_NUM_GPU_BLOCKS
             pool = attrs.evolve(pool, num_gpu_blocks=blocks)
+        if roofline and pool.backend == "sglang" and pool.sglang.chunked_prefill_size is None:
+            pool = attrs.evolve(pool, sglang=attrs.evolve(pool.sglang, chunked_prefill_size=_sglang_chunk(lat)))
         if roofline and pool.max_model_len is None:  # vLLM's default: the model's own limit
             longest = hardware.load_model(lat.model).max_position_embeddings
             if longest:

@@ -31,7 +31,7 @@ def completed_ms(run, column: str) -> np.ndarray:
         if column == "ttft_ms":
             values = first - cols["arrived_at"][done]
         elif column == "e2e_ms":
-            values = cols["finished_at"][done] - cols["arrived_at"][done]
+            values = cols["last_token_at"][done] - cols["arrived_at"][done]
         else:  # per-request ITL, defined from two tokens
             n = cols["output_length"][done]
             multi = n > 1

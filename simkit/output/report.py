@@ -178,7 +178,7 @@ def summarize(records: RunRecords, sla: Optional[SlaSpec] = None) -> dict[str, A
         "requests": counts,
         "ttft_ms": _stats_ms(_gap(cols, "arrived_at", "first_token_at", done)),
         "itl_ms": _stats_ms(itl),
-        "e2e_ms": _stats_ms(_gap(cols, "arrived_at", "finished_at", done)),
+        "e2e_ms": _stats_ms(_gap(cols, "arrived_at", "last_token_at", done)),
         "queue_ms": _stats_ms(_gap(cols, "arrived_at", "first_admitted_at", done)),
         "router_queue_ms": _stats_ms(_gap(cols, "arrived_at", "dispatched_at", done)),
         "transfer_ms": _stats_ms(_gap(cols, "prefilled_at", "handed_off_at", done)),
@@ -234,7 +234,8 @@ def _meets_each(cols: dict, rows: np.ndarray, sla: SlaSpec) -> dict[str, np.ndar
         has_itl = (n >= 2) & ~np.isnan(first)
         out["itl_ms"] = ~has_itl | (itl * MS_PER_S <= sla.itl_ms)
     if sla.e2e_ms is not None:
-        out["e2e_ms"] = (cols["finished_at"][rows] - arrived) * MS_PER_S <= sla.e2e_ms
+        e2e = cols["last_token_at"][rows] - arrived  # NaN (not met) without a token
+        out["e2e_ms"] = ~np.isnan(e2e) & (e2e * MS_PER_S <= sla.e2e_ms)
     return out
 
 

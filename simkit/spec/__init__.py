@@ -22,7 +22,8 @@ from simkit.spec.convert import Resolve, converter, scenario_from_dict, to_dict
 from simkit.spec.latency import (AicLatency, ConstantLatency, DeploymentLatency, LatencySpec,
                                  PolynomialLatency, RooflineLatency, TableLatency)
 from simkit.spec.loader import MAX_VALUES, dump_scenario, load_scenario, override, parse_overrides, yaml_load
-from simkit.spec.pools import DEFAULT_NUM_GPU_BLOCKS, PoolSpec, PoolsSpec, SglangSpec, TrtllmSpec
+from simkit.spec.pools import (DEFAULT_NUM_GPU_BLOCKS, SGLANG_CHUNKED_PREFILL_SIZE, SGLANG_CHUNKED_PREFILL_SIZE_LARGE,
+                               PoolSpec, PoolsSpec, SglangSpec, TrtllmSpec)
 from simkit.spec.scenario import Scenario
 from simkit.spec.workload import (ArrivalSpec, ConstantArrival, DiurnalArrival, EmpiricalLength, FixedLength,
                                   GammaArrival, LengthSpec, LognormalLength, NormalLength, PiecewiseArrival,
@@ -31,7 +32,7 @@ from simkit.spec.workload import (ArrivalSpec, ConstantArrival, DiurnalArrival, 
 
 __all__ = [
     "AicLatency", "ArrivalSpec", "ConfigError", "ConstantArrival", "ConstantLatency",
-    "DEFAULT_NUM_GPU_BLOCKS", "DeploymentLatency", "DiurnalArrival", "EmpiricalLength",
+    "DEFAULT_NUM_GPU_BLOCKS", "SGLANG_CHUNKED_PREFILL_SIZE", "SGLANG_CHUNKED_PREFILL_SIZE_LARGE", "DeploymentLatency", "DiurnalArrival", "EmpiricalLength",
     "FieldValueError", "FixedLength", "GammaArrival", "KvAwareRouter", "LatencySpec",
     "LeastLoadedRouter", "LengthSpec", "LinkSpec", "LognormalLength", "MAX_FLOAT", "MAX_VALUES",
     "NormalLength", "PiecewiseArrival", "PlannerSpec", "PoissonArrival", "PolynomialLatency",

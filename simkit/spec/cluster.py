@@ -10,15 +10,16 @@ from typing import Literal, Optional, Union
 
 from attrs import field, frozen
 
-from simkit.spec.base import _at_least, _at_most, _count, _non_negative, _nonneg, _pos, _positive, _tokens
+from simkit.spec.base import (FieldValueError, _at_least, _at_most, _count, _non_negative, _nonneg, _pos, _positive,
+                              _tokens)
 
 
 @frozen
 class LinkSpec:
     """The KV-cache handoff link between the prefill and the decode pool.
 
-    Transfer time = tokens * ``kv_bytes_per_token`` / bandwidth + latency, one transfer per
-    channel at a time. ``bandwidth_gb_per_s: null`` makes serialisation instantaneous (the
+    Transfer time = tokens * ``kv_bytes_per_token`` / bandwidth + latency; with ``sharing:
+    channels`` one transfer per channel at a time, with ``uncontended`` all at once. ``bandwidth_gb_per_s: null`` makes serialisation instantaneous (the
     reference's default). ``kv_bytes_per_token`` defaults to the roofline latency model's KV
     bytes per token when the scenario names a model, else to Llama-3.1-8B in bf16:
     2 (K and V) * 32 layers * 8 KV heads * 128 head dim * 2 bytes = 131072 (REFERENCE.md s5).
@@ -34,6 +35,16 @@ class LinkSpec:
     #: prefill ends and only the prompt tokens it does not already cache (whole blocks, as its
     #: cache holds them then) cross (REFERENCE.md s5)
     timing_mode: Literal["full_prompt", "destination_missing"] = "full_prompt"
+    #: how concurrent transfers share the link: ``channels`` (at most ``channels`` transfers at
+    #: once, each at the full bandwidth, the others wait in order) or ``uncontended`` (every
+    #: transfer at the full bandwidth at once, no waiting: the reference's handoff, measured on
+    #: ai-dynamo-runtime 1.6.1)
+    sharing: Literal["channels", "uncontended"] = "channels"
+
+    def __attrs_post_init__(self) -> None:
+        if self.sharing == "uncontended" and self.channels != 1:
+            raise FieldValueError("channels", "'channels' has no effect with 'sharing: uncontended' "
+                                  f"(every transfer runs at once): remove it or use 'sharing: channels'")
 
 
 @frozen
@@ -52,24 +63,84 @@ class LeastLoadedRouter:
     kind: Literal["least_loaded"] = "least_loaded"
 
 
+def _refuse_true(reason: str):
+    def check(_inst, attribute, value) -> None:
+        if value:
+            raise FieldValueError(attribute.name, f"'{attribute.name}: true' is not modelled: {reason}")
+
+    return check
+
+
 @frozen
 class KvAwareRouter:
-    """KV-aware routing (REFERENCE.md s6): cost(w) = ``overlap_weight`` * (prompt blocks not
-    cached on w) + (KV blocks in use on w); the lowest cost wins, ties broken by the seeded
-    ``router`` random stream. With ``temperature`` > 0 a worker is drawn with probability
-    proportional to exp(-cost / (temperature * mean cost)) instead (softmax)."""
+    """KV-aware routing as Dynamo's KV router does it (ai-dynamo-runtime 1.6.1's
+    ``KvRouterConfig``: its names and defaults). The router keeps its own state per worker (what
+    it routed there), as Dynamo's does, not the worker's cache usage. For a request of ``ISL``
+    prompt tokens and worker w of a pool with ``block_size`` ``bs`` (REFERENCE.md s6; each term
+    measured on the reference from its logged costs, README "KV-aware routing"):
+
+    * prompt pools (aggregated, prefill): ``cost(w) = prefill_load_scale * max(0,
+      (queued_prefill_tokens(w) + ISL) / bs - overlap_score_credit * decay(w) * overlap(w))
+      + active_blocks(w) + decode_active_request_weight * active_requests(w)`` (blocks);
+      the decode-blocks term is 0 on a prefill pool;
+    * decode pools: ``cost(w) = active_blocks(w) + decode_active_request_weight * active_requests(w)``.
+
+    ``overlap(w)``: the request's leading full prompt blocks that w's KV events announced
+    (stored at the end of the pass that computed them, removed when evicted).
+    ``queued_prefill_tokens(w)``: over requests routed to w whose prompt is not done, their
+    ``ISL - overlap * bs`` at routing. ``active_blocks(w)``: the full prompt blocks of the
+    requests routed to w and not finished, the new request's included, a block they share
+    counted once (decode pools: every request's blocks counted apart, as measured).
+    ``decay(w) = 1 / (1 + overlap_score_credit_decay * excess(w) / ceil(ISL / bs))``, excess
+    being w's queued prefill blocks beyond the least of the pool's workers. The lowest cost
+    wins; ties are broken uniformly at random from the seeded ``router`` stream (the reference
+    draws them unseeded), so a seed replays exactly. ``router_temperature`` > 0 draws a worker
+    with probability proportional to ``exp(-(cost - min) / ((max - min) * T))`` (Dynamo's
+    range-normalised softmax).
+
+    Aliases: ``overlap_weight`` (simkit's old name) and ``overlap_score_weight`` (Dynamo's
+    deprecated one) set ``prefill_load_scale``, and 0 also sets ``overlap_score_credit`` to 0,
+    as Dynamo does; ``temperature`` is ``router_temperature``.
+    """
 
     kind: Literal["kv_aware"] = "kv_aware"
-    overlap_weight: float = field(default=1.0, validator=_nonneg)
-    temperature: float = field(default=0.0, validator=_nonneg)
-    #: also count the prompt tokens already waiting on w (in blocks) in the prefill term, as
-    #: Dynamo's router counts each worker's pending prefill tokens: cost(w) = overlap_weight *
-    #: (uncached prompt blocks + queued prefill tokens / block_size) + KV blocks in use
-    count_queued_prefill: bool = False
-    #: > 0: the router knows each worker's cache only from the KV events it publishes (blocks
-    #: stored when scheduled, blocks evicted), which reach the router this late. 0: the router
-    #: reads the caches directly (events arriving at once)
-    kv_event_lag_ms: float = field(default=0.0, validator=_nonneg)
+    #: multiplies the prefill term (blocks)
+    prefill_load_scale: float = field(default=1.0, validator=_nonneg)
+    #: Dynamo's deprecated alias of ``prefill_load_scale`` (null: not given); it wins when given
+    overlap_score_weight: Optional[float] = field(default=None, validator=_nonneg)
+    #: credit per cached prompt block in the prefill term
+    overlap_score_credit: float = field(default=1.0, validator=_nonneg)
+    #: > 0: a worker's cache credit shrinks with the prefill work queued on it beyond the least
+    overlap_score_credit_decay: float = field(default=0.0, validator=_nonneg)
+    #: blocks of cost per request routed to a worker and not done
+    decode_active_request_weight: float = field(default=0.0, validator=_nonneg)
+    router_temperature: float = field(default=0.0, validator=_nonneg)
+    #: count the active prompt blocks of each worker (the decode-blocks term)
+    router_track_active_blocks: bool = True
+    #: count each worker's queued prefill tokens; false drops the whole prefill term (as Dynamo)
+    router_track_prefill_tokens: bool = True
+    #: a prompt block shared by requests on one worker counts once (false: each counts apart)
+    router_assume_kv_reuse: bool = True
+    #: Dynamo's output-block tracking; its offline replay ignores it (measured), so true is refused
+    router_track_output_blocks: bool = field(
+        default=False, validator=_refuse_true("Dynamo's offline replay ignores it (measured on 1.6.1)"))
+    #: > 0: the router hears of stored and evicted blocks this late. 0: at once (stored blocks
+    #: at the end of the pass that computed them, as the reference)
+    kv_event_lag_ms: float = field(default=0.0, validator=_nonneg + [_at_most(1e12)])
+
+    @property
+    def effective_prefill_load_scale(self) -> float:
+        """``overlap_score_weight`` when given, else ``prefill_load_scale``."""
+        return self.prefill_load_scale if self.overlap_score_weight is None else self.overlap_score_weight
+
+    @property
+    def effective_overlap_score_credit(self) -> float:
+        """0 when ``overlap_score_weight`` is 0 (Dynamo's rule), else ``overlap_score_credit``."""
+        return 0.0 if self.overlap_score_weight == 0 else self.overlap_score_credit
+
+
+#: old or Dynamo-deprecated names of KvAwareRouter fields -> their field
+KV_ROUTER_ALIASES = {"overlap_weight": "overlap_score_weight", "temperature": "router_temperature"}
 
 
 @frozen

@@ -19,7 +19,7 @@ from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, Iterabl
 from cattrs.gen import make_dict_structure_fn
 
 from simkit.spec.base import ConfigError, FieldValueError, ResolveError
-from simkit.spec.cluster import (KvAwareRouter, LeastLoadedRouter, PlannerSpec, PythonPlanner, PythonRouter,
+from simkit.spec.cluster import (KV_ROUTER_ALIASES, KvAwareRouter, LeastLoadedRouter, PlannerSpec, PythonPlanner, PythonRouter,
                                  RoundRobinRouter, RouterSpec, SessionAffinityRouter, SlaPlanner,
                                  StaticPlanner, ThresholdPlanner)
 from simkit.spec.latency import (_LATENCY_ALIASES, AicLatency, ConstantLatency, DeploymentLatency,
@@ -66,6 +66,8 @@ def _kind_hook(kinds: dict[str, type]):
             for alias, name in _LATENCY_ALIASES.items():
                 if alias in value and name not in value:
                     value = {(name if k == alias else k): v for k, v in value.items()}
+        if kind == "kv_aware":
+            value = _rename_router_aliases(value)
         if kind not in kinds:
             if "kind" not in value:
                 raise UnknownKind(f"missing 'kind' (expected one of: {expected})")
@@ -73,6 +75,20 @@ def _kind_hook(kinds: dict[str, type]):
         return fns[kind](value, kinds[kind])
 
     return structure
+
+
+def _rename_router_aliases(value: dict) -> dict:
+    """A kv_aware router mapping with its aliases (``overlap_weight``, ``temperature``) under
+    their field names; both an alias and its field given is an error."""
+    if "count_queued_prefill" in value:
+        raise ValueError("'count_queued_prefill' is replaced by 'router_track_prefill_tokens' (Dynamo's name, "
+                         "default true: each worker's queued prefill tokens count in its prefill term)")
+    for alias, name in KV_ROUTER_ALIASES.items():
+        if alias in value:
+            if name in value:
+                raise ValueError(f"give one of '{alias}' and '{name}' (the same field), not both")
+            value = {(name if k == alias else k): v for k, v in value.items()}
+    return value
 
 
 def _strict(kind: type, label: str):

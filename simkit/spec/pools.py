@@ -18,6 +18,11 @@ from simkit.spec.latency import LatencySpec
 #: KV blocks per worker when a pool leaves ``num_gpu_blocks`` unset and the latency model does
 #: not derive it (the reference mocker's default)
 DEFAULT_NUM_GPU_BLOCKS = 16384
+#: SGLang's chunk budget when none is set and no GPU is named (the reference's default, and
+#: SGLang's own for GPUs up to 160 GB: ``server_args.py``)
+SGLANG_CHUNKED_PREFILL_SIZE = 8192
+#: SGLang's chunk budget for GPUs of more than 160 GB of memory
+SGLANG_CHUNKED_PREFILL_SIZE_LARGE = 16384
 
 
 @frozen
@@ -29,13 +34,16 @@ class SglangSpec:
     prompts can be admitted, running requests do not decode. An extend pass admits waiting
     requests in ``schedule_policy`` order (fifo: arrival; lpm: longest cached prefix first,
     fifo beyond 128 waiting) while ``max_num_seqs`` allows and each fits three budgets: the
-    chunk budget ``chunked_prefill_size`` (null: ``max_num_batched_tokens``), which a prompt
+    chunk budget ``chunked_prefill_size`` (null: SGLang's default by GPU memory, 8192 up to
+    160 GB and 16384 above, when the latency model names a GPU, else 8192 as the reference;
+    never ``max_num_batched_tokens``), which a prompt
     longer than what is left of it takes in a page-aligned chunk; ``max_prefill_tokens`` for
     the prompts admitted whole; and the KV tokens left after reserving, for every running
     request, ``new_token_ratio`` x its remaining output clipped to ``clip_max_new_tokens``
     (the candidate reserves its own clipped output in full). ``new_token_ratio`` starts at
-    0.7 x ``schedule_conservativeness``, decays linearly over 600 passes to 0.14 of that, and
-    resets when a decode pass must retract: a decode pass that cannot grow every running
+    0.7 x ``schedule_conservativeness``, decays linearly over 600 decode passes to 0.14 of that
+    (extend passes do not decay it: SGLang's ``update_running_batch``), and resets when a
+    decode pass must retract: a decode pass that cannot grow every running
     request by a token retracts the one with the fewest output tokens (its KV freed, its
     progress recomputed later) until it can.
 
@@ -100,9 +108,14 @@ class PoolSpec:
     num_gpu_blocks: Optional[int] = field(default=None, validator=_tokens)
     max_num_batched_tokens: int = field(default=8192, validator=_tokens)  #: token budget per pass
     max_num_seqs: int = field(default=256, validator=_count)  #: running requests per pass
-    #: longest request (prompt + output tokens) a worker serves, as vLLM's max_model_len;
-    #: longer ones are rejected and counted. null: limited only by the KV cache
+    #: longest request (prompt + output tokens) a worker serves, as vLLM's max_model_len (what a
+    #: longer one gets: ``max_model_len_action``). null: limited only by the KV cache
     max_model_len: Optional[int] = field(default=None, validator=_tokens)
+    #: a request whose prompt + output exceeds ``max_model_len``: ``cut`` its output to
+    #: ``max_model_len`` - prompt (vLLM's engine stops at the length limit; the reference does
+    #: too, measured), or ``reject`` it (vLLM's OpenAI server answers 400). A prompt of
+    #: ``max_model_len`` tokens or more is rejected either way
+    max_model_len_action: Literal["cut", "reject"] = "cut"
     enable_prefix_caching: bool = True
     enable_chunked_prefill: bool = True
     #: GPUs of one worker are ``tensor_parallel_size`` x ``data_parallel_size``. They count
@@ -146,10 +159,10 @@ class PoolSpec:
             raise ValueError("'sglang.enable_mixed_chunk' needs 'enable_chunked_prefill': true (SGLang "
                              "mixes decodes only into chunked-prefill passes)")
         if self.backend == "sglang" and self.enable_chunked_prefill:
-            chunk = self.sglang.chunked_prefill_size or self.max_num_batched_tokens
+            chunk = self.sglang.chunked_prefill_size or SGLANG_CHUNKED_PREFILL_SIZE
             if chunk < self.block_size:
                 what = ("'sglang.chunked_prefill_size'" if self.sglang.chunked_prefill_size
-                        else "'max_num_batched_tokens' (the chunk budget)")
+                        else f"the default chunk budget ({SGLANG_CHUNKED_PREFILL_SIZE}, 'sglang.chunked_prefill_size')")
                 raise ValueError(f"{what} ({chunk}) must be at least 'block_size' ({self.block_size}): "
                                  "SGLang cuts a long prompt into whole pages of the chunk budget")
         if self.backend != "trtllm" and self.trtllm != TrtllmSpec():

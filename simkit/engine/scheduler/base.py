@@ -92,7 +92,7 @@ class Batch:
     """One pass: ``entries`` of (seq, tokens, is_prefill) plus its latency-model shape."""
 
     __slots__ = ("entries", "prefill_tokens", "prefill_requests", "prefill_start_tokens",
-                 "decode_requests", "decode_context_tokens", "admitted", "preempted")
+                 "decode_requests", "decode_context_tokens", "admitted", "preempted", "run_started", "run_done")
 
     def __init__(self) -> None:
         self.entries: list[tuple[Seq, int, bool]] = []
@@ -104,6 +104,10 @@ class Batch:
         self.decode_context_tokens = 0
         self.admitted: list[tuple[Seq, int]] = []  #: (seq, cached prompt tokens) admitted now
         self.preempted: list[Seq] = []
+        #: a fast-forwarded run of this pure-decode pass: passes scheduled and completed so far
+        #: (its first pass was scheduled by ``schedule``)
+        self.run_started = 1
+        self.run_done = 0
 
 
 class Scheduler:
@@ -122,6 +126,7 @@ class Scheduler:
         self.budget = spec.max_num_batched_tokens
         self.max_num_seqs = spec.max_num_seqs
         self.max_model_len = spec.max_model_len
+        self.cut_to_max_model_len = spec.max_model_len_action == "cut"
         self.chunked = spec.enable_chunked_prefill
         self.caching = spec.enable_prefix_caching
         self.kv = KvCache(spec.num_gpu_blocks, spec.enable_prefix_caching, by_touch=self.EVICT_BY_TOUCH)
@@ -158,9 +163,27 @@ class Scheduler:
         """Whether a pass could be scheduled now or later without new input."""
         return bool(self.running) or bool(self.waiting)
 
+    def make_seq(self, request: Request, transferred: bool = False) -> Seq:
+        """The state of ``request`` on this worker; with ``max_model_len_action: cut`` its
+        output is cut to ``max_model_len`` - prompt (when the prompt is shorter), as vLLM's engine
+        stops a request at the length limit (the reference does too: measured)."""
+        seq = Seq(request, transferred)
+        limit = self.max_model_len
+        if (limit is not None and self.cut_to_max_model_len and seq.prompt_len < limit
+                and seq.prompt_len + seq.output_len > limit):
+            seq.output_len = limit - seq.prompt_len
+        return seq
+
     def _within_max_model_len(self, seq: Seq) -> bool:
-        """Whether prompt + output is within ``max_model_len`` (when one is set)."""
-        return self.max_model_len is None or seq.prompt_len + seq.output_len <= self.max_model_len
+        """Whether prompt + output is within ``max_model_len`` (when one is set): after
+        :meth:`make_seq` cut the output, only a prompt of ``max_model_len`` tokens or more is
+        not (cut), or any longer request (reject)."""
+        limit = self.max_model_len
+        if limit is None:
+            return True
+        if self.cut_to_max_model_len:
+            return seq.prompt_len < limit
+        return seq.prompt_len + seq.output_len <= limit
 
     def describe(self) -> str:
         """One line of queue and KV state, for diagnostics."""
@@ -317,25 +340,38 @@ class Scheduler:
             k = lo
         return k
 
-    def complete_decode_run(self, batch: Batch, passes: int) -> tuple[list[int], list[Seq]]:
-        """Apply ``passes`` consecutive repeats of the pure-decode ``batch`` (the first pass's
-        blocks were allocated by :meth:`schedule`); returns the ids of the batch's requests
-        (each produced ``passes`` tokens) and the requests that finished.
+    def decode_run_blocks(self, batch: Batch, passes: int) -> int:
+        """KV blocks the passes after the first of a run of ``passes`` repeats of the pure-decode
+        ``batch`` allocate (the first's were allocated by :meth:`schedule`)."""
+        bs = self.block_size
+        slot = self.decode_slot
+        return sum(max(0, -(-(seq.computed + passes + slot) // bs) - len(seq.held) - seq.anon)
+                   for seq, _, _ in batch.entries)
 
-        Equivalent to ``passes`` rounds of :meth:`schedule` + :meth:`complete` with no
-        arrivals: the same tokens, the same blocks, the same LRU evictions (allocation takes
-        anonymous free blocks before evicting, so one allocation of the total evicts exactly
-        what the per-pass allocations would).
+    def advance_decode_run(self, batch: Batch, started: int, done: int) -> tuple[list[int], list[Seq]]:
+        """Bring a fast-forwarded run of the pure-decode ``batch`` to ``started`` passes
+        scheduled and ``done`` passes complete, counted from the run's first pass (whose
+        scheduling :meth:`schedule` did); ``done <= started <= done + 1`` and neither goes
+        back. Returns the ids of the batch's requests (each produced one token per newly
+        completed pass) and the requests that finished.
+
+        Equivalent to the same passes of :meth:`schedule` + :meth:`complete` with no arrivals:
+        the same tokens, the same blocks, the same LRU evictions (allocation takes anonymous
+        free blocks before evicting, so one allocation of the total evicts exactly what the
+        per-pass allocations would), so a run can be applied in pieces (a router reading the
+        worker mid-run, :meth:`simkit.cluster.worker.Worker.settle`) or at once.
         """
         bs = self.block_size
         slot = self.decode_slot
+        passes = done - batch.run_done
+        ahead = started - done  # the pass under way: its token's KV slot is allocated
         extra = 0
         finished = []
         rids = []
         for seq, _, _ in batch.entries:
             rids.append(seq.rid)
             computed = seq.computed + passes
-            need = -(-(computed + slot) // bs) - len(seq.held) - seq.anon
+            need = -(-(computed + ahead + slot) // bs) - len(seq.held) - seq.anon
             if need > 0:
                 seq.anon += need
                 extra += need
@@ -344,6 +380,7 @@ class Scheduler:
             if seq.generated >= seq.output_len:
                 finished.append(seq)
         self.kv.allocate(extra)
+        batch.run_started, batch.run_done = started, done
         if finished:
             gone = {id(s) for s in finished}
             self.running = [s for s in self.running if id(s) not in gone]
@@ -351,6 +388,11 @@ class Scheduler:
                 self._free(seq)
                 seq.held, seq.anon = [], 0
         return rids, finished
+
+    def complete_decode_run(self, batch: Batch, passes: int) -> tuple[list[int], list[Seq]]:
+        """Apply the run's first ``passes`` passes in full (what :meth:`advance_decode_run`
+        has not applied yet); see there."""
+        return self.advance_decode_run(batch, passes, passes)
 
     # ------------------------------------------------------------------ prefill role: the handoff
 

@@ -15,7 +15,7 @@ from typing import Optional
 
 import math
 
-from simkit.spec import PoolSpec
+from simkit.spec import SGLANG_CHUNKED_PREFILL_SIZE, PoolSpec
 from simkit.engine.scheduler.base import Batch, Seq
 from simkit.engine.scheduler.vllm import VllmScheduler
 
@@ -62,7 +62,7 @@ class SglangScheduler(VllmScheduler):
         sg = spec.sglang
         self.lpm = sg.schedule_policy == "lpm"
         #: tokens of prompt chunks per extend pass; None: no chunking
-        self.chunk_budget = (sg.chunked_prefill_size or spec.max_num_batched_tokens) if self.chunked else None
+        self.chunk_budget = (sg.chunked_prefill_size or SGLANG_CHUNKED_PREFILL_SIZE) if self.chunked else None
         self.budget = self.chunk_budget or sg.max_prefill_tokens  # the liveness guard's pass size
         self.chunked = True  # a long prompt is admitted whole when chunking is off: no budget cap
         self.max_prefill_tokens = sg.max_prefill_tokens
@@ -160,7 +160,8 @@ class SglangScheduler(VllmScheduler):
                 return None
         if reset:
             self.new_token_ratio = self.init_ratio
-        self._decay_ratio(1)
+        if not batch.prefill_requests:  # SGLang decays the ratio on decode passes only
+            self._decay_ratio(1)
         return batch
 
     def _decay_ratio(self, passes: int) -> None:
@@ -437,10 +438,12 @@ class SglangScheduler(VllmScheduler):
         self.clock += 1
         seq.stamp = self.clock
 
-    def complete_decode_run(self, batch: Batch, passes: int) -> tuple[list[int], list[Seq]]:
-        self._decay_ratio(passes - 1)  # the per-pass path decays once per scheduled pass
+    def advance_decode_run(self, batch: Batch, started: int, done: int) -> tuple[list[int], list[Seq]]:
+        # the per-pass path decays once per scheduled pass
+        self._decay_ratio(started - batch.run_started)
         slot = self.decode_slot
-        if slot:
+        passes = done - batch.run_done
+        if slot and passes:
             # the pages generated tokens complete in these passes touch their paths in pass
             # order, then batch order; only each request's last touch decides its place
             bs = self.block_size
@@ -453,4 +456,4 @@ class SglangScheduler(VllmScheduler):
             last.sort(key=lambda t: (t[0], t[1]))
             for _, _, seq in last:
                 self._touch(seq)
-        return super().complete_decode_run(batch, passes)
+        return super().advance_decode_run(batch, started, done)
