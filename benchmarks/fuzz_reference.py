@@ -66,7 +66,8 @@ else:
 res = core.run_mocker_trace_replay([spec["trace"]], **kw)
 keep = ("uuid", "arrival_time_ms", "input_length", "requested_output_length", "ttft_ms", "e2e_latency_ms",
         "prefill_worker_idx", "decode_worker_idx", "terminal_status", "session_id", "turn_index", "readmission_count")
-print("RESULT" + json.dumps([{k: r.get(k) for k in keep} for r in res.per_request]))
+print("RESULT" + json.dumps([dict({k: r.get(k) for k in keep}, pools=[h["pool"] for h in r["routing_history"]])
+                             for r in res.per_request]))
 """
 
 
@@ -226,8 +227,12 @@ def check_case(peer_python: str, rows: list, spec: dict, label: str, verbose: bo
         decode_choice = {i: r["decode_worker_idx"] for i, r in by_idx.items()} if disagg else {}
         ref_cost = {}
         for i, r in by_idx.items():
+            pools = r.get("pools") or []
             for j, (wid, cost) in enumerate(decisions.get(r["uuid"], [])):
-                ref_cost[("decode" if disagg and j == 1 else "entry", i)] = (wid, cost)
+                # the decisions come in the order of the request's routing history (sglang
+                # pairs the decode worker first)
+                side = "decode" if j < len(pools) and pools[j] == "decode" else "entry"
+                ref_cost[(side, i)] = (wid, cost)
         if spec["mode"] == "kv_router":
             result, log = simulate_forced(scenario, requests, prefill_choice, decode_choice)
         else:

@@ -493,8 +493,6 @@ class Worker:
                     continue
             kv_blocks = sched.kv.used_blocks
             yield env.timeout(dt)
-            if self.stored_in_pass:
-                self._flush_stored()
             self.passes += 1
             self.busy_s += dt
             if self.pass_log is not None:  # logged once complete, like the pass count
@@ -502,6 +500,8 @@ class Worker:
                     pool, wid, now, env.now, batch.prefill_tokens, batch.decode_requests,
                     batch.decode_context_tokens, kv_blocks, len(batch.preempted), len(batch.admitted)))
             emitted, finished, prefilled = sched.complete(batch)
+            if self.stored_in_pass:  # the blocks this pass computed (stored at schedule or at its end)
+                self._flush_stored()
             self.in_pass = False
             self.reserve_credit = 1  # the pass end retries a pending reservation
             if self.on_pass_end is not None:

@@ -32,6 +32,9 @@ class TrtllmScheduler(VllmScheduler):
 
     #: GUARANTEED_NO_EVICT: admit against whole-request reservations, never preempt
     NO_EVICT = True
+    #: TRT-LLM's KV cache reuse takes every cached block of a prompt and computes only its last
+    #: token again (measured on the reference's trtllm core)
+    REUSE_FULL_HIT = True
 
     def __init__(self, spec: PoolSpec, role: str) -> None:
         super().__init__(spec, role)

@@ -41,6 +41,12 @@ class VllmScheduler(Scheduler):
     #: (TRT-LLM's GUARANTEED_NO_EVICT, :class:`~simkit.engine.scheduler.trtllm.TrtllmScheduler`,
     #: where admission reservations make it unreachable); vLLM preempts
     NO_EVICT = False
+    #: a prompt whose every block is cached reuses them all and computes only its last token
+    #: again (TRT-LLM, and the reference's trtllm core: measured, such a request's first token
+    #: takes one decode step over the prompt); vLLM reuses the prompt up to its last block and
+    #: computes that block again (``KVCacheManager.get_computed_blocks``: at most prompt - 1
+    #: tokens hit, in whole blocks)
+    REUSE_FULL_HIT = False
 
     def __init__(self, spec: PoolSpec, role: str) -> None:
         super().__init__(spec, role)
@@ -153,7 +159,7 @@ class VllmScheduler(Scheduler):
             keys = seq.keys
             hits = in_lru = 0
             if keys:
-                limit = len(keys) if seq.transferred else (seq.prefill_target - 1) // bs
+                limit = len(keys) if (seq.transferred or self.REUSE_FULL_HIT) else (seq.prefill_target - 1) // bs
                 hits, in_lru = kv.match(keys, limit)
             start = seq.computed if seq.transferred else hits * bs
             if start < seq.prefill_target:
@@ -163,6 +169,11 @@ class VllmScheduler(Scheduler):
                 n = min(remaining, budget)
                 is_prefill = True
             else:
+                # the whole prompt's KV is here: a transferred one takes a decode step; a full
+                # hit where the engine reuses every block (REUSE_FULL_HIT) computes its last token
+                # again for the first output token, a one-token step priced as a decode step
+                if not seq.transferred:
+                    start = seq.prefill_target - 1
                 n = 1
                 is_prefill = False
             whole = -(-max(seq.prefill_target, start + n) // bs) - hits
