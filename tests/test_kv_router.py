@@ -239,3 +239,24 @@ def test_destination_missing_moves_only_the_kv_the_decode_worker_lacks(mode):
         assert a.transfer_s == pytest.approx(1030 * per_token, rel=1e-12)
         moved = 6 if (mode == "destination_missing" and b.decode_worker == a.decode_worker) else 1030
         assert b.transfer_s == pytest.approx(moved * per_token, rel=1e-12)
+
+
+@pytest.mark.parametrize("router, message", [
+    ({"count_queued_prefill": True}, "'count_queued_prefill' is replaced by 'router_track_prefill_tokens'"),
+    ({"router_track_output_blocks": True}, "'router_track_output_blocks: true' is not modelled"),
+    ({"overlap_weight": 1.0, "overlap_score_weight": 2.0}, "give one of 'overlap_weight' and 'overlap_score_weight'"),
+    ({"temperature": 1.0, "router_temperature": 2.0}, "give one of 'temperature' and 'router_temperature'"),
+    ({"prefill_load_scale": -1.0}, "'prefill_load_scale' must be >= 0"),
+])
+def test_router_settings_that_cannot_be_honoured_are_one_line_errors(router, message):
+    from simkit.spec import ConfigError
+
+    with pytest.raises(ConfigError, match=message):
+        scenario_from_dict({"pools": {"aggregated": {}}, "router": dict({"kind": "kv_aware"}, **router)})
+
+
+def test_an_uncontended_link_takes_no_channels():
+    from simkit.spec import ConfigError
+
+    with pytest.raises(ConfigError, match="'channels' has no effect with 'sharing: uncontended'"):
+        scenario_from_dict({"pools": {"prefill": {}, "decode": {}}, "link": {"sharing": "uncontended", "channels": 2}})

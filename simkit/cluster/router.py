@@ -3,9 +3,10 @@
 ``dispatch_new`` takes requests from the router queue (a ``Store``) and puts each on the
 inbox of the prefill (or aggregated) worker its policy picks; ``dispatch_handoff`` does the
 same, with its own policy object, for requests whose KV reached the decode side. Policies read
-read-only snapshots of the workers (:class:`Routable`): KV blocks in use, queued prefill
-tokens and prompt blocks cached; ties are broken by a seeded random stream, so runs replay.
-Part of :mod:`simkit.cluster`.
+read-only views of the workers (:class:`Routable`), exact at the instant of the decision: KV
+blocks in use, queued prefill tokens and prompt blocks cached; ties are broken by a seeded
+random stream, so runs replay. The KV-aware policy keeps its own state instead
+(:mod:`simkit.cluster.kv_router`). Part of :mod:`simkit.cluster`.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ class Routable(Protocol):
         ...
 
     def cached_prompt_blocks(self, request) -> tuple[int, int]:
-        """(prompt blocks of ``request`` already cached here, its prompt blocks)."""
+        """(prompt blocks of ``request`` cached here now, its full prompt blocks)."""
         ...
 
 
