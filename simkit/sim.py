@@ -37,13 +37,13 @@ from simkit.cluster.planner import Planner, make_planner_policy
 from simkit.cluster.plugins import load_policy
 from simkit.cluster.pool import WorkerPool
 from simkit.core.records import RunRecords
-from simkit.core.request import Request
+from simkit.core.request import Request, check_requests
 from simkit.core.rng import RngStreams
 from simkit.cluster.router import Router
 from simkit.engine.scheduler import private_suffixes
 from simkit.cluster.source import Source
 from simkit.workload import iter_workload, load_workload
-from simkit.core.units import S_PER_MS
+from simkit.core.units import MAX_SIM_TIME_S, MAX_SIM_TIME_TEXT, S_PER_MS
 from simkit.cluster.worker import Stuck, Worker
 
 __all__ = ["Simulation", "build", "load_scenario", "override", "scenario_from_dict", "simulate"]
@@ -104,7 +104,10 @@ class Simulation:
                  stream: bool = False, sink=None) -> None:
         self.scenario = scenario
         self.stream = stream
-        env = self.env = Environment()
+        #: fast-forwarded runs stop here: ``max_sim_time_s``, else the clock's limit, beyond which
+        #: the environment schedules nothing (``stop_reason`` ``time_limit``)
+        self.time_limit = scenario.max_sim_time_s if scenario.max_sim_time_s is not None else MAX_SIM_TIME_S
+        env = self.env = Environment(limit=MAX_SIM_TIME_S)
         max_in_flight = getattr(scenario.workload, "max_in_flight", None)
         self.router_queue = simpy.Store(env)
         private = None
@@ -151,7 +154,7 @@ class Simulation:
                 # ranks order same-instant pass boundaries: pools in start order, then by index
                 worker = Worker(env, name, wid, name, spec, latency, probe, handoff=sink,
                                 rank=index * RANK_STRIDE + wid, fast_forward=fast_forward,
-                                horizon=scenario.max_sim_time_s, record_passes=record_passes)
+                                horizon=self.time_limit, record_passes=record_passes)
                 if entry:
                     worker.on_pass_end = self._pass_end_hook
                 if event_lag_s:
@@ -243,7 +246,15 @@ class Simulation:
         except (RuntimeError, EmptySchedule) as exc:  # nothing left to happen while work remains
             if not isinstance(exc, EmptySchedule) and "No scheduled events left" not in str(exc):
                 raise
-            reason, detail = "stuck", self._stuck_diagnostic()
+            if env.overrun is not None:  # what was left to happen lies beyond the clock's limit
+                left = self.collector.remaining
+                reason, detail = "time_limit", (
+                    f"an event was due at t={env.overrun:.6g} s, beyond the simulated clock's limit of "
+                    f"{MAX_SIM_TIME_TEXT}, with {'some' if left is None else left} request(s) not ended "
+                    f"(times that add up beyond it: delays, think times, pass or transfer times); the run "
+                    f"stopped at t={env.now:.6f} s")
+            else:
+                reason, detail = "stuck", self._stuck_diagnostic()
         end_at = env.now
         for pool in self.worker_pools.values():
             pool.accrue(end_at)
@@ -348,6 +359,9 @@ def build(scenario: Scenario, requests: Optional[Iterable[Request]] = None,
         ValueError: request ids are not 0..N-1; ``stream`` with a closed loop.
     """
     scenario = _resolved(scenario)
+    if requests is not None and not stream:
+        requests = tuple(requests)
+        check_requests(requests)
     if stream:
         stream_of = iter(requests if requests is not None else iter_workload(scenario.workload, scenario.seed))
         first = next(stream_of, None)  # a missing or malformed trace fails here, not mid-run

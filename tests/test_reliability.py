@@ -167,7 +167,7 @@ def test_values_that_would_overflow_are_refused(key, value, message):
 
 def test_a_device_is_not_read_as_a_trace(capsys):
     assert main(["scenarios/agg.yaml", "--trace", "/dev/zero", "--out", "/tmp/never-written"]) == 2
-    assert capsys.readouterr().err == ("/dev/zero: is not a regular file (a device or a pipe); "
+    assert capsys.readouterr().err == ("/dev/zero: is not a regular file (a device or a socket); "
                                        "expected a trace file\n")
 
 

@@ -27,7 +27,8 @@ from simkit.spec.scenario import Scenario
 from simkit.spec.workload import (ArrivalSpec, ConstantArrival, DiurnalArrival, EmpiricalLength, FixedLength,
                                   GammaArrival, LengthSpec, LognormalLength, NormalLength, PiecewiseArrival,
                                   PoissonArrival, PriorityClass, RateSegment, SharedPrefix, SyntheticSessions,
-                                  SyntheticWorkload, TraceWorkload, UniformLength, WorkloadSpec, ZipfLength)
+                                  SyntheticWorkload, TRACE_FORMATS, TraceWorkload, UniformLength, WorkloadSpec,
+                                  ZipfLength)
 
 __all__ = [
     "AicLatency", "ArrivalSpec", "ConfigError", "ConstantArrival", "ConstantLatency",
@@ -38,7 +39,7 @@ __all__ = [
     "PoolSpec", "PoolsSpec", "PriorityClass", "PythonPlanner", "PythonRouter", "RateSegment",
     "Resolve", "ResolveError", "RooflineLatency", "RoundRobinRouter", "RouterQueueSpec",
     "RouterSpec", "Scenario", "SessionAffinityRouter", "SglangSpec", "SharedPrefix", "SlaPlanner",
-    "SlaSpec", "StaticPlanner", "SyntheticSessions", "SyntheticWorkload", "TableLatency",
+    "SlaSpec", "StaticPlanner", "SyntheticSessions", "SyntheticWorkload", "TRACE_FORMATS", "TableLatency",
     "ThresholdPlanner", "TraceWorkload", "TrtllmSpec", "UniformLength", "WorkloadSpec",
     "ZipfLength", "converter", "dump_scenario", "load_scenario", "override", "parse_overrides",
     "scenario_from_dict", "to_dict", "yaml_load",

@@ -7,11 +7,17 @@ Imports :mod:`simkit.spec.base` only.
 
 from __future__ import annotations
 
-from typing import Literal, Optional, Union
+from typing import Literal, Optional, Union, get_args
 
 from attrs import field, frozen
 
 from simkit.spec.base import _at_least, _at_most, _count, _finite, _nonneg, _pos, _positive, _rate, _tokens
+
+
+#: a trace file's format (``auto``: detected from its first line)
+TraceFormat = Literal["auto", "mooncake", "agentic", "azure", "csv", "weka", "weka_requests"]
+#: the trace formats simkit reads, for messages and help texts
+TRACE_FORMATS = get_args(TraceFormat)[1:]
 
 
 @frozen
@@ -94,7 +100,7 @@ class EmpiricalLength:
     kind: Literal["empirical"] = "empirical"
     path: str = ""
     field: Literal["input", "output"] = "input"
-    format: Literal["auto", "mooncake", "agentic", "azure", "csv", "weka", "weka_requests"] = "auto"
+    format: TraceFormat = "auto"
 
     def __attrs_post_init__(self) -> None:
         if not self.path:
@@ -252,7 +258,7 @@ class TraceWorkload:
 
     kind: Literal["trace"] = "trace"
     path: str = ""
-    format: Literal["auto", "mooncake", "agentic", "azure", "csv", "weka", "weka_requests"] = "auto"
+    format: TraceFormat = "auto"
     trace_block_size: int = field(default=512, validator=_tokens)  #: tokens per hash id
     arrival_speedup_ratio: float = field(default=1.0, validator=_pos)
     max_in_flight: Optional[int] = field(default=None, validator=_count)  #: sessions (closed loop)
