@@ -33,7 +33,7 @@ from simkit.spec import ConfigError, PythonPlanner, PythonRouter, ResolveError, 
 from simkit.engine.latency import make_latency_model
 from simkit.cluster.link import KvLink
 from simkit.cluster.messages import Environment, carries_request
-from simkit.cluster.planner import Planner, make_planner_policy
+from simkit.cluster.planner import MAX_TICKS, Planner, make_planner_policy
 from simkit.cluster.plugins import load_policy
 from simkit.cluster.pool import WorkerPool
 from simkit.core.records import RunRecords
@@ -368,8 +368,25 @@ def build(scenario: Scenario, requests: Optional[Iterable[Request]] = None,
         requests = stream_of if first is None else itertools.chain((first,), stream_of)
     elif requests is None:
         requests = load_workload(scenario.workload, scenario.seed)
+    if scenario.planner is not None and not stream:
+        _check_planner_ticks(scenario, requests)
     return Simulation(scenario, requests, record_token_times, fast_forward, record_passes,
                       router_policy, planner_policy, stream, sink)
+
+
+def _check_planner_ticks(scenario: Scenario, requests: Sequence[Request]) -> None:
+    """Refuse, before the run, a workload whose arrivals span more planner ticks than a run
+    makes (:data:`simkit.cluster.planner.MAX_TICKS`): the run would stop there.
+
+    Raises:
+        ConfigError: at ``$.planner.interval_s``.
+    """
+    span = max((r.arrived_at for r in requests if not r.deps), default=0.0)
+    interval = scenario.planner.interval_s
+    if span / interval > MAX_TICKS:
+        raise ConfigError([f"the workload's arrivals span {span:.6g} s, {span / interval:,.0f} planner ticks of "
+                           f"interval_s ({interval:g} s), more than the {MAX_TICKS:,} a run makes; raise "
+                           "planner.interval_s (or compress a trace with arrival_speedup_ratio) @ $.planner.interval_s"])
 
 
 def simulate(scenario: Scenario, requests: Optional[Sequence[Request]] = None,

@@ -22,11 +22,12 @@ class NotRegularFile(OSError):
 
 
 def _kind(mode: int) -> str:
+    """What the file is, as an OS error would say it (capitalised)."""
     if stat.S_ISDIR(mode):
-        return "is a directory"
+        return "Is a directory"
     if stat.S_ISFIFO(mode):
-        return "is a FIFO (named pipe), not a regular file"
-    return "is not a regular file (a device or a socket)"
+        return "Is a FIFO (named pipe), not a regular file"
+    return "Is not a regular file (a device or a socket)"
 
 
 def open_regular(path: str, encoding: str = "utf-8", newline: Optional[str] = None) -> IO[str]:

@@ -2,15 +2,17 @@
 the errors field validators and the resolve step raise, and the field validators themselves
 (finite, positive, bounded sizes).
 
-Imports attrs only: no other simkit module.
+Imports attrs and :mod:`simkit.core.units` only.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Optional
 
 import attrs
+
+from simkit.core.units import MAX_SIM_TIME_S
 
 
 class ConfigError(Exception):
@@ -75,6 +77,56 @@ def _at_most(limit: int):
             raise FieldValueError(attribute.name, f"'{attribute.name}' must be <= {limit}: {value!r}")
 
     return check
+
+
+#: the largest value of a time-like field, by the unit its name ends with (team rule: units in
+#: names): every simulated time stays within MAX_SIM_TIME_S (float64 resolves 1 us there)
+TIME_UNITS = {"_s": ("s", MAX_SIM_TIME_S), "_ms": ("ms", MAX_SIM_TIME_S * 1e3),
+              "_us": ("us", MAX_SIM_TIME_S * 1e6)}
+#: the smallest positive rate (``*_per_s``): one event in MAX_SIM_TIME_S
+MIN_RATE_PER_S = 1.0 / MAX_SIM_TIME_S
+
+
+def sci(value: float) -> str:
+    """A round limit as messages write it: 1e9, 1e12, 1e-09 -> 1e-9."""
+    mantissa, _, exponent = f"{value:.0e}".partition("e")
+    return f"{mantissa}e{int(exponent)}"
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def time_field_problem(spec: Any, path: str = "") -> Optional[tuple[str, str]]:
+    """The first field of ``spec`` (an attrs instance, walked through nested specs and lists of
+    them) that breaks the clock's rule, as ``(dotted path, message)``, or None. A field is
+    time-like by the unit its name ends with: ``_s``, ``_ms`` or ``_us`` (a duration or an
+    offset: its magnitude at most :data:`TIME_UNITS`), ``_per_s`` (a rate: 0 or at least
+    :data:`MIN_RATE_PER_S`). So every time-like field, present or future, obeys one rule."""
+    for a in attrs.fields(type(spec)):
+        value = getattr(spec, a.name)
+        where = f"{path}.{a.name}" if path else a.name
+        if attrs.has(type(value)):
+            found = time_field_problem(value, where)
+        elif isinstance(value, (list, tuple)):
+            found = next((p for i, v in enumerate(value) if attrs.has(type(v))
+                          for p in [time_field_problem(v, f"{where}[{i}]")] if p), None)
+        elif not _number(value) or not math.isfinite(value):
+            continue
+        elif a.name.endswith("_per_s"):
+            found = None
+            if 0 < value < MIN_RATE_PER_S:
+                found = (where, f"'{a.name}' must be 0 or at least {sci(MIN_RATE_PER_S)} (one per "
+                                f"{sci(MAX_SIM_TIME_S)} s, the longest simulated time): {value:g}")
+        else:
+            unit = next((u for suffix, u in TIME_UNITS.items() if a.name.endswith(suffix)), None)
+            found = None
+            if unit is not None and abs(value) > unit[1]:
+                found = (where, f"'{a.name}' must be at most {sci(unit[1])} {unit[0]} (simulated times stay "
+                                f"within 1e9 s, about 31 years): {value:g}")
+        if found:
+            return found
+    return None
 
 
 _pos = [_finite, _positive]

@@ -11,6 +11,7 @@ from typing import Literal, Optional, Union, get_args
 
 from attrs import field, frozen
 
+from simkit.core.units import MAX_SIM_TIME_S, MAX_SIM_TIME_TEXT
 from simkit.spec.base import _at_least, _at_most, _count, _finite, _nonneg, _pos, _positive, _rate, _tokens
 
 
@@ -234,6 +235,11 @@ class SyntheticWorkload:
             if not self.priorities:
                 raise ValueError("'priorities' must list at least one {value, share}")
             object.__setattr__(self, "priorities", list(self.priorities))
+        span = (self.num_requests - 1) / _mean_rate_per_s(self.arrival)
+        if span > MAX_SIM_TIME_S:
+            raise ValueError(f"{self.num_requests} requests at a mean rate of {_mean_rate_per_s(self.arrival):g}/s "
+                             f"arrive over about {span:.3g} s, beyond {MAX_SIM_TIME_TEXT}; raise the rate or "
+                             "lower num_requests")
 
 
 @frozen
@@ -274,4 +280,14 @@ class TraceWorkload:
 
 
 WorkloadSpec = Union[SyntheticWorkload, TraceWorkload]
+
+
+def _mean_rate_per_s(arrival: ArrivalSpec) -> float:
+    """The long-run mean arrival rate (requests/s) of an arrival process."""
+    if isinstance(arrival, PiecewiseArrival):
+        segments = arrival.segments
+        return sum(seg.rate_per_s * seg.duration_s for seg in segments) / sum(seg.duration_s for seg in segments)
+    if isinstance(arrival, DiurnalArrival):
+        return arrival.mean_rate_per_s
+    return arrival.rate_per_s
 

@@ -85,7 +85,7 @@ def read_lines(path: str):
                 if text.strip():
                     yield lineno, text.strip()
     except NotRegularFile as exc:
-        raise TraceError(path, None, f"{exc.strerror}; expected a trace file") from None
+        raise TraceError(path, None, f"{exc.strerror[0].lower()}{exc.strerror[1:]}; expected a trace file") from None
     except OSError as exc:
         raise TraceError(path, None, f"cannot read trace: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
