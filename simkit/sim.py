@@ -19,6 +19,7 @@ together (docs/architecture.md); never output or the CLI.
 from __future__ import annotations
 
 import itertools
+import os
 from typing import Any, Iterable, Optional, Sequence
 
 import simpy
@@ -34,7 +35,8 @@ from simkit.engine.latency import make_latency_model
 from simkit.cluster.link import KvLink
 from simkit.cluster.messages import Environment, carries_request
 from simkit.cluster.planner import MAX_TICKS, Planner, make_planner_policy
-from simkit.cluster.plugins import load_policy
+from simkit.cluster.plugins import load_policy, module_files
+from simkit.core.files import sha256_file
 from simkit.cluster.pool import WorkerPool
 from simkit.core.records import RunRecords
 from simkit.core.request import Request, check_requests
@@ -46,33 +48,100 @@ from simkit.workload import iter_workload, load_workload
 from simkit.core.units import MAX_SIM_TIME_S, MAX_SIM_TIME_TEXT, S_PER_MS
 from simkit.cluster.worker import Stuck, Worker
 
-__all__ = ["Simulation", "build", "load_scenario", "override", "scenario_from_dict", "simulate"]
+__all__ = ["Simulation", "build", "check_inputs", "input_files", "load_scenario", "override", "record_inputs",
+           "scenario_from_dict", "simulate"]
 
 #: rank distance between pools: pass boundaries of one instant run pool by pool, then by index
 RANK_STRIDE = 1 << 40
 
 
-def load_scenario(path: str, overrides: Optional[list[tuple[str, Any]]] = None) -> Scenario:
-    """Read a scenario YAML file, apply ``(dotted.key, value)`` overrides, validate it and fill
-    in what its hardware implies (:func:`simkit.spec.load_scenario` with the resolve step,
-    :func:`simkit.engine.resolve.resolve_scenario`).
+def input_files(scenario: Scenario) -> list[tuple[str, str]]:
+    """Every file a run of ``scenario`` reads, as ``(field path, absolute path)``, in field
+    order without repeats: the trace, empirical lengths, pass tables, model configs (paths,
+    not shipped names) and Python policies' modules (:func:`simkit.spec.paths.path_fields`)."""
+    out: dict[str, str] = {}
+    for where, kind, node in spec.path_fields(scenario):
+        if kind == "module":
+            files = module_files(node)
+        else:
+            files = [os.path.abspath(node.path if kind == "file" else node.model)]
+        for path in files:
+            out.setdefault(path, where)
+    return [(where, path) for path, where in out.items()]
 
-    A relative ``workload.path`` in the file is resolved against the file's folder; one given
-    as an override against the current folder.
+
+def record_inputs(scenario: Scenario) -> Scenario:
+    """``scenario`` with ``inputs`` set to the SHA-256 of each file a run of it reads (those
+    it can read: a missing or unreadable one fails the run with its own message)."""
+    digests = {}
+    for _, path in input_files(scenario):
+        try:
+            digests[path] = sha256_file(path)
+        except OSError:
+            pass
+    return attrs.evolve(scenario, inputs=digests or None)
+
+
+def check_inputs(scenario: Scenario) -> Scenario:
+    """``scenario`` unchanged when every file recorded in its ``inputs`` that it still reads
+    is there with the recorded SHA-256 (files an override replaced are not checked).
 
     Raises:
-        ConfigError: unreadable file, YAML syntax error, or invalid fields (one line each).
+        ResolveError: at ``$.inputs``, one problem per missing or changed file.
     """
-    return spec.load_scenario(path, overrides, resolve=resolve_scenario)
+    if not scenario.inputs:
+        return scenario
+    current = {path for _, path in input_files(scenario)}
+    problems = []
+    for path, digest in scenario.inputs.items():
+        if path not in current:
+            continue
+        try:
+            now = sha256_file(path)
+        except FileNotFoundError:
+            problems.append(("$.inputs", f"input {path}, which the run that wrote this scenario read, is missing; "
+                                         "restore it, or delete its line under 'inputs' to run without it"))
+            continue
+        except OSError as exc:
+            now = f"unreadable ({exc.strerror or exc})"
+        if now != digest:
+            problems.append(("$.inputs", f"input {path} changed since the run that wrote this scenario read it "
+                                         f"(SHA-256 {digest[:12]}..., now {now[:40]}); restore it, or delete its "
+                                         "line under 'inputs' to run on the new file"))
+    if problems:
+        raise ResolveError(problems)
+    return scenario
+
+
+def _resolve(scenario: Scenario) -> Scenario:
+    """The loaders' resolve step: recorded inputs checked, then the hardware's defaults."""
+    return resolve_scenario(check_inputs(scenario))
+
+
+def load_scenario(path: str, overrides: Optional[list[tuple[str, Any]]] = None) -> Scenario:
+    """Read a scenario YAML file, apply ``(dotted.key, value)`` overrides, validate it, check
+    the files its ``inputs`` recorded (:func:`check_inputs`) and fill in what its hardware
+    implies (:func:`simkit.spec.load_scenario` with the resolve step,
+    :func:`simkit.engine.resolve.resolve_scenario`).
+
+    A relative path field in the file is resolved against the file's folder; one given as an
+    override against the current folder.
+
+    Raises:
+        ConfigError: unreadable file, YAML syntax error, invalid fields, a recorded input
+            missing or changed (one line each).
+    """
+    return spec.load_scenario(path, overrides, resolve=_resolve)
 
 
 def scenario_from_dict(data: Any, source: str = "<scenario>") -> Scenario:
-    """Structure a plain dict (as read from YAML) into a validated, resolved :class:`Scenario`.
+    """Structure a plain dict (as read from YAML) into a validated, resolved :class:`Scenario`
+    (relative paths against the current folder; recorded inputs checked).
 
     Raises:
         ConfigError: one ``SOURCE: message @ $.path`` line per problem.
     """
-    return spec.scenario_from_dict(data, source, resolve=resolve_scenario)
+    return spec.scenario_from_dict(data, source, resolve=_resolve)
 
 
 def override(scenario: Scenario, changes: dict[str, Any]) -> Scenario:
@@ -83,7 +152,7 @@ def override(scenario: Scenario, changes: dict[str, Any]) -> Scenario:
     Raises:
         ConfigError: a change makes the scenario invalid.
     """
-    return spec.override(scenario, changes, resolve=resolve_scenario)
+    return spec.override(scenario, changes, resolve=_resolve)
 
 
 def _resolved(scenario: Scenario) -> Scenario:
@@ -290,6 +359,9 @@ class Simulation:
         held = len(self.router.held) + len(self.router.held_handoffs)
         if held:  # waiting in the router queue (busy thresholds) or for a decode worker
             busy.append(f"{held} held by the router")
+        unreleased = self.source.describe_unreleased()
+        if unreleased:  # waiting for a closed-loop slot or for requests that never end
+            busy.append(unreleased)
         return (f"no event left at t={self.env.now:.6f} s with {left} released request(s) not ended; "
                 + ("; ".join(busy) if busy else "no worker holds them"))
 

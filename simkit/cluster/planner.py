@@ -27,6 +27,8 @@ every pool it wants to change (pools left out keep their target) and, optionally
 to its next tick (``Decision(targets, next_tick_s)``; default ``interval_s``).
 
 Part of :mod:`simkit.cluster`: simpy for the tick loop only; the policies are plain classes.
+It is one module, over 600 lines, because the built-in policies, the process and the
+snapshot types they share are the documented planner protocol (``simkit.planner``).
 """
 
 from __future__ import annotations

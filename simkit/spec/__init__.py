@@ -21,6 +21,7 @@ from simkit.spec.cluster import (KvAwareRouter, LeastLoadedRouter, LinkSpec, Pla
 from simkit.spec.convert import Resolve, converter, scenario_from_dict, to_dict
 from simkit.spec.latency import (AicLatency, ConstantLatency, DeploymentLatency, LatencySpec,
                                  PolynomialLatency, RooflineLatency, TableLatency)
+from simkit.spec.paths import path_fields, resolve_paths
 from simkit.spec.loader import MAX_VALUES, dump_scenario, load_scenario, override, parse_overrides, yaml_load
 from simkit.spec.pools import DEFAULT_NUM_GPU_BLOCKS, PoolSpec, PoolsSpec, SglangSpec, TrtllmSpec
 from simkit.spec.scenario import Scenario
@@ -42,5 +43,5 @@ __all__ = [
     "SlaSpec", "StaticPlanner", "SyntheticSessions", "SyntheticWorkload", "TRACE_FORMATS", "TableLatency",
     "ThresholdPlanner", "TraceWorkload", "TrtllmSpec", "UniformLength", "WorkloadSpec",
     "ZipfLength", "converter", "dump_scenario", "load_scenario", "override", "parse_overrides",
-    "scenario_from_dict", "to_dict", "yaml_load",
+    "path_fields", "resolve_paths", "scenario_from_dict", "to_dict", "yaml_load",
 ]

@@ -8,6 +8,7 @@ by the resolve step (:mod:`simkit.engine.resolve`).
 
 from __future__ import annotations
 
+import re
 from typing import Optional
 
 import attrs
@@ -20,6 +21,8 @@ from simkit.spec.latency import DeploymentLatency, LatencySpec, PolynomialLatenc
 from simkit.spec.pools import PoolsSpec
 from simkit.spec.workload import SyntheticWorkload, WorkloadSpec
 
+
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 #: the most planner ticks a worker may take to start (``startup_time_s`` / ``interval_s``): a
 #: bound a run reaches (a million ticks take about 30 s of wall time)
@@ -46,11 +49,19 @@ class Scenario:
     max_sim_time_s: Optional[float] = field(default=None, validator=_pos)
     #: the autoscaling planner (null: every pool keeps its ``workers`` for the whole run)
     planner: Optional[PlannerSpec] = None
+    #: the SHA-256 of every file a run read (trace, lengths, pass table, model config, policy
+    #: module), by absolute path: a run writes it into its ``scenario.resolved.yaml``, and a
+    #: rerun refuses a file it still names that is missing or changed (null: nothing recorded)
+    inputs: Optional[dict] = None
 
     def __attrs_post_init__(self) -> None:
         problem = time_field_problem(self)  # every time-like field, by its unit, within the clock's limit
         if problem is not None:
             raise FieldValueError(*problem)
+        for path, digest in (self.inputs or {}).items():
+            if not (isinstance(path, str) and isinstance(digest, str) and _SHA256.fullmatch(digest)):
+                raise FieldValueError("inputs", f"'inputs' maps file paths to SHA-256 digests (64 hex digits); "
+                                                f"got {path!r}: {digest!r}"[:200])
         if self.pools.mode == "aggregated" and self.link is not None:
             raise ValueError("'link' applies only to disaggregated pools (prefill + decode)")
         if self.pools.mode == "disaggregated" and self.link is None:
