@@ -45,8 +45,11 @@ MAX_FLOAT = 1e15
 def _finite(_inst: Any, attribute: attrs.Attribute, value: Any) -> None:
     if value is not None and isinstance(value, float) and not math.isfinite(value):
         raise FieldValueError(attribute.name, f"'{attribute.name}' must be a finite number: {value!r}")
+    problem = _time_problem(attribute.name, value)  # a time-like field: the clock's own limit
+    if problem is not None:
+        raise FieldValueError(attribute.name, problem)
     if value is not None and isinstance(value, float) and abs(value) > MAX_FLOAT:
-        raise FieldValueError(attribute.name, f"'{attribute.name}' must be at most {MAX_FLOAT:g}: {value!r}")
+        raise FieldValueError(attribute.name, f"'{attribute.name}' must be at most {sci(MAX_FLOAT)}: {value:g}")
 
 
 def _at_least(limit: float, zero_ok: bool = True):
@@ -111,21 +114,28 @@ def time_field_problem(spec: Any, path: str = "") -> Optional[tuple[str, str]]:
         elif isinstance(value, (list, tuple)):
             found = next((p for i, v in enumerate(value) if attrs.has(type(v))
                           for p in [time_field_problem(v, f"{where}[{i}]")] if p), None)
-        elif not _number(value) or not math.isfinite(value):
-            continue
-        elif a.name.endswith("_per_s"):
-            found = None
-            if 0 < value < MIN_RATE_PER_S:
-                found = (where, f"'{a.name}' must be 0 or at least {sci(MIN_RATE_PER_S)} (one per "
-                                f"{sci(MAX_SIM_TIME_S)} s, the longest simulated time): {value:g}")
         else:
-            unit = next((u for suffix, u in TIME_UNITS.items() if a.name.endswith(suffix)), None)
-            found = None
-            if unit is not None and abs(value) > unit[1]:
-                found = (where, f"'{a.name}' must be at most {sci(unit[1])} {unit[0]} (simulated times stay "
-                                f"within 1e9 s, about 31 years): {value:g}")
+            problem = _time_problem(a.name, value)
+            found = None if problem is None else (where, problem)
         if found:
             return found
+    return None
+
+
+def _time_problem(name: str, value: Any) -> Optional[str]:
+    """Why the value of field ``name`` breaks the clock's rule (by the unit its name ends
+    with), or None."""
+    if not _number(value) or not math.isfinite(value):
+        return None
+    if name.endswith("_per_s"):
+        if 0 < value < MIN_RATE_PER_S:
+            return (f"'{name}' must be 0 or at least {sci(MIN_RATE_PER_S)} (one per {sci(MAX_SIM_TIME_S)} s, the "
+                    f"longest simulated time): {value:g}")
+        return None
+    unit = next((u for suffix, u in TIME_UNITS.items() if name.endswith(suffix)), None)
+    if unit is not None and abs(value) > unit[1]:
+        return (f"'{name}' must be at most {sci(unit[1])} {unit[0]} (simulated times stay within 1e9 s, about "
+                f"31 years): {value:g}")
     return None
 
 

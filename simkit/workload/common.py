@@ -12,6 +12,7 @@ from typing import Any, Optional
 
 from simkit.core.files import NotRegularFile, open_regular
 from simkit.core.units import MAX_SIM_TIME_MS, MAX_SIM_TIME_S
+from simkit.spec.base import sci
 
 __all__ = ["MAX_LINE_BLOCKS", "MAX_TOKENS", "Row", "TraceError", "duration_field", "foreign_fields", "hash_ids",
            "id_field", "int_field", "json_object", "json_type", "number_field", "priority_field", "read_lines", "shown"]
@@ -114,7 +115,7 @@ def number_field(obj: dict, name: str, path: str, line: int, default: Any = ...,
     """A time field: a number from 0 to ``maximum`` in ``unit`` (``ms`` or ``s``, named in the
     message). Absolute timestamps may be large (epoch milliseconds): their span, once rebased
     and scaled, is checked by the reader against :data:`~simkit.core.units.MAX_SIM_TIME_S`."""
-    expected = f"expected {_UNIT_NAMES[unit]} from 0 to {maximum:g}".replace("e+", "e")
+    expected = f"expected {_UNIT_NAMES[unit]} from 0 to {sci(maximum)}"
     if name not in obj or obj[name] is None:
         if default is not ...:
             return default
