@@ -18,7 +18,7 @@ import pytest
 from simkit.cli import main
 from simkit.output.files import CLAIM
 
-from conftest import REPO
+from conftest import REPO, interrupt_at_pass
 
 SMALL = ["--set", "workload.num_requests=6", "--no-plots", "--quiet"]
 TRACE = '{"timestamp": 0, "input_length": 300, "output_length": 4}\n{"timestamp": 20, "input_length": 200, "output_length": 3}\n'
@@ -141,21 +141,10 @@ def test_results_never_replace_a_folder_filled_meanwhile(tmp_path):
 
 
 def test_an_interrupted_force_run_keeps_the_earlier_results_and_writes_beside(tmp_path, monkeypatch, capsys):
-    from simkit.engine.latency import PolynomialModel
-
     out = tmp_path / "out"
     assert main([str(REPO / "scenarios" / "reference_agg.yaml"), "--out", str(out), *SMALL]) == 0
     old = (out / "summary.json").read_text()
-    calls = {"n": 0}
-    original = PolynomialModel.pass_time_s
-
-    def interrupting(self, *args):
-        calls["n"] += 1
-        if calls["n"] == 5:
-            raise KeyboardInterrupt
-        return original(self, *args)
-
-    monkeypatch.setattr(PolynomialModel, "pass_time_s", interrupting)
+    interrupt_at_pass(monkeypatch, 5)
     assert main([str(REPO / "scenarios" / "reference_agg.yaml"), "--out", str(out), "--force", *SMALL]) == 130
     err = err_line(capsys)
     partial = tmp_path / "out.partial"

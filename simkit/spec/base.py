@@ -45,7 +45,8 @@ MAX_FLOAT = 1e15
 def _finite(_inst: Any, attribute: attrs.Attribute, value: Any) -> None:
     if value is not None and isinstance(value, float) and not math.isfinite(value):
         raise FieldValueError(attribute.name, f"'{attribute.name}' must be a finite number: {value!r}")
-    problem = _time_problem(attribute.name, value)  # a time-like field: the clock's own limit
+    # a duration or an offset: the clock's own limit (rates keep their own validators)
+    problem = None if attribute.name.endswith("_per_s") else _time_problem(attribute.name, value)
     if problem is not None:
         raise FieldValueError(attribute.name, problem)
     if value is not None and isinstance(value, float) and abs(value) > MAX_FLOAT:
@@ -129,7 +130,7 @@ def _time_problem(name: str, value: Any) -> Optional[str]:
         return None
     if name.endswith("_per_s"):
         if 0 < value < MIN_RATE_PER_S:
-            return (f"'{name}' must be 0 or at least {sci(MIN_RATE_PER_S)} (one per {sci(MAX_SIM_TIME_S)} s, the "
+            return (f"'{name}' must be at least {sci(MIN_RATE_PER_S)} (one per {sci(MAX_SIM_TIME_S)} s, the "
                     f"longest simulated time): {value:g}")
         return None
     unit = next((u for suffix, u in TIME_UNITS.items() if name.endswith(suffix)), None)
