@@ -161,6 +161,8 @@ def load_result(out_dir: str, label: Optional[str] = None) -> Result:
     with open_regular(path) as f:
         try:
             summary = json.load(f)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}: not JSON ({exc.msg}, line {exc.lineno} column {exc.colno})") from None
         except RecursionError:
             raise ValueError(f"{path}: JSON nested too deeply; expected a simkit summary") from None
     path = os.path.join(out_dir, "scenario.resolved.yaml")

@@ -31,6 +31,20 @@ def shared_path(*parts: str) -> Path:
     return path
 
 
+def one_line(capsys) -> str:
+    """The one line a command wrote to stderr (no traceback), stripped."""
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    return err.strip()
+
+
+def write(path: Path, text: str) -> Path:
+    """Write ``text`` to ``path``, its folders made; returns ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
 def interrupt_at_pass(monkeypatch, n: int) -> None:
     """Make the polynomial latency model raise KeyboardInterrupt when it prices its ``n``-th pass
     (a Ctrl-C in the middle of a run priced by it)."""

@@ -288,10 +288,12 @@ def test_every_time_like_scenario_field_stays_within_the_clocks_limit(name, valu
 
 
 @pytest.mark.parametrize("arrival, n, expected", [
-    ({"kind": "poisson", "rate_per_s": 1e-6}, 1002, "1002 requests at a mean rate of 1e-06/s arrive over about 1e+09 s"),
+    ({"kind": "poisson", "rate_per_s": 1e-6}, 1002,
+     "1002 requests at a mean rate of 1e-06/s arrive over about 1e+09 s"),
     ({"kind": "piecewise", "segments": [{"duration_s": 10, "rate_per_s": 1e-6}, {"duration_s": 1e5, "rate_per_s": 0}]},
      10, "10 requests at a mean rate of 9.999e-11/s arrive over about 9e+10 s"),
-    ({"kind": "diurnal", "mean_rate_per_s": 1e-8}, 12, "12 requests at a mean rate of 1e-08/s arrive over about 1.1e+09"),
+    ({"kind": "diurnal", "mean_rate_per_s": 1e-8}, 12,
+     "12 requests at a mean rate of 1e-08/s arrive over about 1.1e+09"),
 ])
 def test_a_synthetic_workload_spanning_beyond_the_limit_is_refused(arrival, n, expected):
     data = {"pools": {"aggregated": {}}, "workload": {"kind": "synthetic", "num_requests": n, "arrival": arrival}}

@@ -18,22 +18,11 @@ import pytest
 from simkit.cli import main
 from simkit.output.files import CLAIM
 
-from conftest import REPO, interrupt_at_pass
+from conftest import REPO, interrupt_at_pass, one_line, write
 
 SMALL = ["--set", "workload.num_requests=6", "--no-plots", "--quiet"]
-TRACE = '{"timestamp": 0, "input_length": 300, "output_length": 4}\n{"timestamp": 20, "input_length": 200, "output_length": 3}\n'
-
-
-def err_line(capsys) -> str:
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "Traceback" not in err, err
-    return err.strip()
-
-
-def write(path: Path, text: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    return path
+TRACE = ('{"timestamp": 0, "input_length": 300, "output_length": 4}\n'
+         '{"timestamp": 20, "input_length": 200, "output_length": 3}\n')
 
 
 def fill_old_results(out: Path) -> None:
@@ -72,7 +61,7 @@ def test_force_never_deletes_an_input_that_lives_in_the_output_folder(tmp_path, 
     scen = _scenario_reading_from(out, tmp_path, what)
     before = sorted(os.listdir(out))
     assert main([str(scen), "--out", str(out), "--force", "--no-plots", "--quiet"]) == 2
-    assert "refusing to replace a folder that holds the input" in err_line(capsys)
+    assert "refusing to replace a folder that holds the input" in one_line(capsys)
     assert sorted(os.listdir(out)) == before
 
 
@@ -84,7 +73,7 @@ def test_a_sweep_protects_the_trace_of_every_point(tmp_path, capsys):
     scen = write(tmp_path / "s.yaml", "pools: {aggregated: {}}\nworkload: {kind: trace, path: first.jsonl}\n")
     code = main(["sweep", str(scen), "--grid", f"workload.path={tmp_path}/first.jsonl,{out}/t.jsonl",
                  "--out", str(out), "--force", "--jobs", "1"])
-    assert code == 2 and "holds the input" in err_line(capsys)
+    assert code == 2 and "holds the input" in one_line(capsys)
     assert (out / "t.jsonl").read_text() == TRACE
 
 
@@ -98,11 +87,11 @@ def test_a_folder_claimed_by_a_live_run_is_refused_even_with_force(tmp_path, cap
     (out / CLAIM).write_text(f"{os.getppid()} {platform.node()}\n")
     for extra in ([], ["--force"]):
         assert main([str(REPO / "scenarios" / "agg.yaml"), "--out", str(out), *SMALL, *extra]) == 2
-        assert f"another simkit run (pid {os.getppid()}" in err_line(capsys)
+        assert f"another simkit run (pid {os.getppid()}" in one_line(capsys)
     assert os.listdir(out) == [CLAIM]
     assert main(["sweep", str(REPO / "scenarios" / "agg.yaml"), "--grid", "seed=1,2", "--out", str(out),
                  "--set", "workload.num_requests=4"]) == 2
-    assert "another simkit run" in err_line(capsys)
+    assert "another simkit run" in one_line(capsys)
 
 
 def test_a_stale_claim_is_taken_over_and_no_claim_is_left_behind(tmp_path):
@@ -146,7 +135,7 @@ def test_an_interrupted_force_run_keeps_the_earlier_results_and_writes_beside(tm
     old = (out / "summary.json").read_text()
     interrupt_at_pass(monkeypatch, 5)
     assert main([str(REPO / "scenarios" / "reference_agg.yaml"), "--out", str(out), "--force", *SMALL]) == 130
-    err = err_line(capsys)
+    err = one_line(capsys)
     partial = tmp_path / "out.partial"
     assert f"partial results in {os.path.relpath(partial)} ({out} keeps its earlier results)" in err
     assert (out / "summary.json").read_text() == old
@@ -244,10 +233,10 @@ def test_a_rerun_names_the_input_that_is_missing_or_changed(tmp_path, capsys):
     resolved = str(out / "scenario.resolved.yaml")
     trace.write_text(TRACE.replace("300", "301"))
     assert main([resolved, "--out", str(tmp_path / "b")]) == 2
-    assert f"input {trace} changed since the run that wrote this scenario read it" in err_line(capsys)
+    assert f"input {trace} changed since the run that wrote this scenario read it" in one_line(capsys)
     trace.unlink()
     assert main([resolved, "--out", str(tmp_path / "b")]) == 2
-    assert f"input {trace}, which the run that wrote this scenario read, is missing" in err_line(capsys)
+    assert f"input {trace}, which the run that wrote this scenario read, is missing" in one_line(capsys)
     # another trace given on the command line replaces the recorded one: no check of the old
     other = write(tmp_path / "other.jsonl", TRACE)
     assert main([resolved, "--trace", str(other), "--out", str(tmp_path / "c"), "--no-plots", "--quiet"]) == 0

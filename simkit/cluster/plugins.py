@@ -48,7 +48,7 @@ def load_policy(spec, what: str) -> Callable[[], object]:
     module_name, _, class_name = spec.path.partition(":")
     try:
         module = _import_fresh(module_name, spec.search_path)
-    except Exception as exc:  # the user's module: any error while importing it is theirs
+    except (Exception, SystemExit) as exc:  # the user's module: any error while importing it is theirs
         reason = " ".join(f"{type(exc).__name__}: {exc}".split())
         raise ConfigError([f"{what}: cannot import module {module_name!r} (search path "
                            f"{spec.search_path}): {reason} @ {where}"]) from None
@@ -78,7 +78,7 @@ def policy_factory(obj, what: str, params: dict | None = None, where: str = "") 
     def build():
         try:
             return obj(params) if params is not None else obj()
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:
             reason = " ".join(f"{type(exc).__name__}: {exc}".split())
             raise ConfigError([f"{what}: {name}({params!r}) failed: {reason}" + (f" @ {where}" if where else "")]) \
                 from None

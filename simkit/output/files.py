@@ -318,7 +318,15 @@ def write_run(out_dir: str, scenario: Scenario, records: RunRecords, summary: di
             f.write("\n")
         with open(os.path.join(tmp, "scenario.resolved.yaml"), "w", encoding="utf-8") as f:
             f.write(scenario_text)
+        skipped = {}
+        for name, fig in (figures or {}).items():
+            try:
+                fig.savefig(os.path.join(tmp, f"{name}.png"), dpi=110, metadata={"Software": None})
+            except (ValueError, RuntimeError) as exc:  # a plot that cannot be drawn never costs the results
+                skipped[f"{name}.png"] = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
         info = dict(run_info, python=platform.python_version(), host=platform.node())
+        if skipped:
+            info["plots_not_drawn"] = skipped
         with open(os.path.join(tmp, "run_info.json"), "w", encoding="utf-8") as f:
             json.dump(info, f, indent=2)
             f.write("\n")
@@ -328,8 +336,6 @@ def write_run(out_dir: str, scenario: Scenario, records: RunRecords, summary: di
         if records.pass_log is not None:
             with open(os.path.join(tmp, "timeline.json"), "w", encoding="utf-8") as f:
                 json.dump(chrome_trace(records), f)
-        for name, fig in (figures or {}).items():
-            fig.savefig(os.path.join(tmp, f"{name}.png"), dpi=110, metadata={"Software": None})
         move_into_place(tmp, out_dir, force)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

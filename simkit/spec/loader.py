@@ -252,6 +252,17 @@ def override(scenario: Scenario, changes: dict[str, Any], *, resolve: Optional[R
     return scenario_from_dict(data, source="override", resolve=resolve)  # new relative paths: the current folder
 
 
+class _Yaml12Dumper(yaml.SafeDumper):
+    """SafeDumper that quotes every string the YAML 1.2 loader above would read as another
+    type: PyYAML decides by YAML 1.1's rules, so it wrote a name ``1e5`` or ``0o17`` plain,
+    and the resolved scenario then read it back as a number."""
+
+
+_Yaml12Dumper.yaml_implicit_resolvers = {}
+for _tag, _rx, _first in _RESOLVERS:
+    _Yaml12Dumper.add_implicit_resolver(_tag, re.compile(_rx), _first)
+
+
 def dump_scenario(scenario: Scenario) -> str:
     """YAML text of the resolved scenario; ``load_scenario`` on it gives an equal scenario."""
-    return yaml.safe_dump(to_dict(scenario), sort_keys=False, default_flow_style=False)
+    return yaml.dump(to_dict(scenario), Dumper=_Yaml12Dumper, sort_keys=False, default_flow_style=False)
