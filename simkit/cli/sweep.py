@@ -17,6 +17,7 @@ depend on where or in which order runs execute. GPUs per point: each pool's work
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import shutil
 import sys
@@ -27,6 +28,9 @@ from simkit.core.records import ABNORMAL_STOPS
 from simkit.output.files import beside, claim_folder, folder_content, move_into_place, sibling_tmp_dir
 from simkit.sim import input_files, load_scenario
 from simkit.spec import ConfigError, parse_overrides, yaml_load
+
+#: the most points a sweep runs
+MAX_POINTS = 10_000
 
 #: summary values copied into the sweep table, as (column, path in summary.json)
 COLUMNS = [
@@ -130,6 +134,9 @@ def main(argv: Sequence[str]) -> int:
         return _fail([f"--jobs {args.jobs}: expected at least 1"])
     try:
         grid = parse_grid(args.grid)
+        points = math.prod(len(values) for _, values in grid)
+        if points > MAX_POINTS:  # each point is a run: a grid that size would never end
+            return _fail([f"--grid: {points:,} points; a sweep runs at most {MAX_POINTS:,} (split it into sweeps)"])
         common = parse_overrides(args.overrides)
         combos = combinations(grid)
         base = load_scenario(args.scenario, common)

@@ -255,8 +255,11 @@ class TraceWorkload:
     ``weka`` (kv-cache-tester agentic sessions, nested subagents) and ``weka_requests`` (its
     flattened per-request form) are sessions without a common clock: they start together, or
     ``sessions_per_s`` apart, or under ``max_in_flight``.
-    Timestamps are divided by ``arrival_speedup_ratio`` (think times and dependency delays are
-    not). ``trace_block_size`` is the tokens per ``hash_ids`` entry (512 in the public Mooncake
+    Time zero is the earliest timestamp of a request that waits for nothing (a follow-up
+    turn's or a dependent request's timestamp is ignored and never moves it). Timestamps are
+    divided by ``arrival_speedup_ratio`` (think times and dependency delays are not); every
+    resulting time, chains of delays included, must stay within
+    :data:`simkit.core.units.MAX_SIM_TIME_S` (the line that breaks it is refused). ``trace_block_size`` is the tokens per ``hash_ids`` entry (512 in the public Mooncake
     traces). ``max_in_flight`` switches to closed-loop replay: at most that many sessions (a
     request without a session is its own) run at once, each holding its slot from its first
     dispatch to its last completion, think time included; a request's arrival is its dispatch.
