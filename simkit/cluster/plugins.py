@@ -136,19 +136,23 @@ def module_files(spec) -> list[str]:
 
 
 def _import_fresh(module_name: str, search_path: Optional[str]):
-    """Import ``module_name`` from ``search_path`` afresh (see the module docstring)."""
+    """Import ``module_name`` from ``search_path`` afresh (see the module docstring). Only the
+    policy's own module tree is shadowed while it loads; other modules already imported (simkit
+    itself, when the folder holds it) are left alone, and those first imported by this load
+    from the folder are dropped after it."""
     top = module_name.split(".")[0]
-    if search_path is None or importlib.machinery.PathFinder.find_spec(top, [search_path]) is None:
+    if search_path is None or top == "simkit" or importlib.machinery.PathFinder.find_spec(top, [search_path]) is None:
         return importlib.import_module(module_name)  # not in the folder: Python's own import
     root = os.path.realpath(search_path)
     importlib.invalidate_caches()  # a module or folder created since the last import is seen
 
-    def ours(name: str, module) -> bool:
-        return name == top or name.startswith(top + ".") or _under(getattr(module, "__file__", None), root)
+    def in_tree(name: str) -> bool:
+        return name == top or name.startswith(top + ".")
 
-    shadowed = {name: module for name, module in list(sys.modules.items()) if ours(name, module)}
+    shadowed = {name: module for name, module in list(sys.modules.items()) if in_tree(name)}
     for name in shadowed:
         del sys.modules[name]
+    before = set(sys.modules)
     finder = _FolderFinder(root)
     sys.meta_path.insert(0, finder)
     try:
@@ -156,6 +160,6 @@ def _import_fresh(module_name: str, search_path: Optional[str]):
     finally:
         sys.meta_path.remove(finder)
         for name, module in list(sys.modules.items()):
-            if ours(name, module):
+            if in_tree(name) or (name not in before and _under(getattr(module, "__file__", None), root)):
                 del sys.modules[name]
         sys.modules.update(shadowed)
