@@ -81,7 +81,7 @@ def _run_cli(args, argv: list, interrupts: _Interrupts) -> int:
     try:
         overrides = []
         if args.trace is not None:
-            overrides.append(("workload", {"kind": "trace", "path": os.path.abspath(args.trace)}))
+            overrides.append(("workload", {"kind": "trace", "path": os.path.abspath(os.path.expanduser(args.trace))}))
         overrides += parse_overrides(args.overrides)
         if args.seed is not None:
             if any(key == "seed" for key, _ in overrides):
