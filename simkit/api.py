@@ -19,7 +19,7 @@ from simkit.cluster.plugins import policy_factory
 from simkit.core.records import RunRecords
 from simkit.output.report import render_text, request_rows, summarize
 from simkit.core.request import Request
-from simkit.sim import build, load_scenario, override, record_inputs, scenario_from_dict
+from simkit.sim import build, input_files, load_scenario, override, record_inputs, scenario_from_dict
 
 __all__ = ["Result", "load_result", "run"]
 
@@ -83,14 +83,16 @@ class Result:
 
         Raises:
             FileExistsError: ``out_dir`` is not empty and ``force`` is False.
-            ValueError: a loaded result (no records) cannot be saved again.
+            ValueError: a loaded result (no records) cannot be saved again; ``out_dir`` is, or
+                holds, the current folder or a file the run read (even with ``force``).
         """
         if self.records is None:
             raise ValueError("a result loaded from a folder has no records to save")
         figures = {"latency_cdf": self.plot_cdf()} if plots else {}
         if plots and self.records.pool_samples is not None:
             figures["planner"] = self.plot_planner()
-        write_run(out_dir, self.scenario, self.records, self.summary, {"api": True}, figures, force)
+        keep = [os.getcwd(), *(path for _, path in input_files(self.scenario))]
+        write_run(out_dir, self.scenario, self.records, self.summary, {"api": True}, figures, force, keep)
         return out_dir
 
 

@@ -676,6 +676,11 @@ API = [
         "[" * 100000 + "]" * 100000), __import__("simkit").load_result(str(d / "in" / "n"))), "ValueError",
          "nested too deeply"),
     _api("api-save-over-results", lambda d: _run(AGG).save(str(_run_folder(d, "s"))), "FileExistsError", "s"),
+    _api("api-save-over-its-trace", lambda d: ((d / "in" / "t.jsonl").write_text(MOON), _run(
+        {"pools": {"aggregated": {}}, "workload": {"kind": "trace", "path": str(d / "in" / "t.jsonl")}}).save(
+        str(d / "in"), force=True)), "ValueError", r"refusing to replace a folder that holds .*t\.jsonl"),
+    _api("api-save-over-cwd", lambda d: _run(AGG).save(str(d), force=True), "ValueError",
+         "refusing to replace a folder that holds"),
     _api("api-relative-trace-in-dict", lambda d: (os.chdir(d / "in"), (d / "in" / "t.jsonl").write_text(MOON),
                                                   _run({"pools": {"aggregated": {}},
                                                         "workload": {"kind": "trace", "path": "t.jsonl"}}))),

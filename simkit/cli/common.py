@@ -56,16 +56,14 @@ def _check_out(out_dir: str, force: bool, inputs: Sequence[str]) -> Optional[str
 
     ``inputs``: every file (or folder) the run reads: a folder that is or holds one is never
     replaced, even with ``force``."""
-    from simkit.output.files import folder_content, live_claim
+    from simkit.output.files import folder_content, held_input, live_claim
 
     out = os.path.realpath(out_dir)
-    here = os.path.realpath(os.getcwd())
-    if here == out or here.startswith(out + os.sep):
+    if held_input(out, [os.getcwd()]):
         return f"{out_dir}: refusing to write results over the current folder or one that contains it"
-    for path in inputs:
-        real = os.path.realpath(path)
-        if real == out or real.startswith(out + os.sep):
-            return f"{out_dir}: refusing to replace a folder that holds the input {path}"
+    kept = held_input(out, inputs)
+    if kept is not None:
+        return f"{out_dir}: refusing to replace a folder that holds the input {kept}"
     if os.path.exists(out_dir):
         if not os.path.isdir(out_dir):
             return f"{out_dir}: exists and is not a folder; choose another --out"

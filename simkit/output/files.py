@@ -245,6 +245,17 @@ def claim_folder(out_dir: str) -> Claim:
     raise FolderClaimed(0, "another simkit run claimed it at the same moment; choose another --out", out_dir)
 
 
+def held_input(out_dir: str, paths) -> Optional[str]:
+    """The first of ``paths`` (files or folders a run reads, the current folder) that the
+    folder ``out_dir`` is or contains: replacing ``out_dir`` would delete it. None when none."""
+    out = os.path.realpath(out_dir)
+    for path in paths:
+        real = os.path.realpath(path)
+        if real == out or real.startswith(out + os.sep):
+            return path
+    return None
+
+
 def beside(out_dir: str, suffix: str) -> str:
     """A name next to ``out_dir`` that is free: ``OUT.SUFFIX``, else ``OUT.SUFFIX-2``, ..."""
     base = os.path.realpath(out_dir).rstrip(os.sep) + "." + suffix
@@ -295,15 +306,21 @@ def move_into_place(tmp: str, out_dir: str, force: bool = True) -> None:
 
 
 def write_run(out_dir: str, scenario: Scenario, records: RunRecords, summary: dict,
-              run_info: dict, figures: Optional[dict] = None, force: bool = False) -> None:
+              run_info: dict, figures: Optional[dict] = None, force: bool = False, keep=()) -> None:
     """Write a run's files to ``out_dir`` atomically (build in a sibling temp folder, rename).
+    ``keep``: paths that must survive (the run's inputs, the current folder): a folder that is
+    or holds one is never replaced.
 
     Raises:
+        ValueError: ``out_dir`` is or holds a path of ``keep``.
         FileExistsError: ``out_dir`` holds results (or a file) and ``force`` is False, checked
             again when the results move in.
         OSError: the folder cannot be written.
     """
     out_dir = os.path.abspath(out_dir)
+    kept = held_input(out_dir, keep)
+    if kept is not None:
+        raise ValueError(f"{out_dir}: refusing to replace a folder that holds {kept}")
     if os.path.exists(out_dir) and (not os.path.isdir(out_dir) or folder_content(out_dir)) and not force:
         raise FileExistsError(out_dir)
     scenario_text = dump_scenario(scenario)
