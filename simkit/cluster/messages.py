@@ -32,18 +32,18 @@ class Environment(simpy.Environment):
         self.limit = limit
         self.overrun: Optional[float] = None  #: the first time an event was due beyond ``limit``
 
-    def _beyond(self, at: float) -> bool:
-        if at <= self.limit:
-            return False
+    def _beyond(self, at: float) -> None:
+        """``at`` is beyond the limit (or NaN): keep the first such time; nothing is scheduled."""
         if self.overrun is None:
             self.overrun = at
-        return True
 
     def schedule(self, event: Event, priority: int = NORMAL, delay: float = 0) -> None:
         """Schedule ``event`` at ``now + delay`` (SimPy's rule), unless that is beyond the limit."""
         at = self._now + delay
-        if not self._beyond(at):
+        if at <= self.limit:
             heappush(self._queue, (at, priority, next(self._eid), event))
+        else:
+            self._beyond(at)
 
     def timeout_at(self, at: float) -> Event:
         """An event that succeeds at exactly time ``at`` (>= now), NORMAL priority."""
@@ -52,8 +52,10 @@ class Environment(simpy.Environment):
         event = Event(self)
         event._ok = True
         event._value = None
-        if not self._beyond(at):
+        if at <= self.limit:
             heappush(self._queue, (at, NORMAL, next(self._eid), event))
+        else:
+            self._beyond(at)
         return event
 
 
