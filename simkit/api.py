@@ -12,13 +12,14 @@ import json
 import os
 from typing import Any, Mapping, Optional, Sequence, Union
 
+from simkit.core.files import open_regular
 from simkit.spec import ConfigError, Scenario, yaml_load
 from simkit.output.files import rows_table, write_run
 from simkit.cluster.plugins import policy_factory
 from simkit.core.records import RunRecords
 from simkit.output.report import render_text, request_rows, summarize
 from simkit.core.request import Request
-from simkit.sim import build, load_scenario, override, scenario_from_dict
+from simkit.sim import build, input_files, load_scenario, override, record_inputs, scenario_from_dict
 
 __all__ = ["Result", "load_result", "run"]
 
@@ -82,14 +83,16 @@ class Result:
 
         Raises:
             FileExistsError: ``out_dir`` is not empty and ``force`` is False.
-            ValueError: a loaded result (no records) cannot be saved again.
+            ValueError: a loaded result (no records) cannot be saved again; ``out_dir`` is, or
+                holds, the current folder or a file the run read (even with ``force``).
         """
         if self.records is None:
             raise ValueError("a result loaded from a folder has no records to save")
         figures = {"latency_cdf": self.plot_cdf()} if plots else {}
         if plots and self.records.pool_samples is not None:
             figures["planner"] = self.plot_planner()
-        write_run(out_dir, self.scenario, self.records, self.summary, {"api": True}, figures, force)
+        keep = [os.getcwd(), *(path for _, path in input_files(self.scenario))]
+        write_run(out_dir, self.scenario, self.records, self.summary, {"api": True}, figures, force, keep)
         return out_dir
 
 
@@ -123,7 +126,7 @@ def run(scenario: Union[str, os.PathLike, Mapping, Scenario], overrides: Optiona
         simkit.workload.TraceError: the workload's trace file is missing or malformed.
     """
 
-    s = _scenario(scenario, overrides)
+    s = record_inputs(_scenario(scenario, overrides))  # saved with the result: a rerun checks them
     if planner is not None and s.planner is None:
         raise ConfigError(["planner: the scenario has no 'planner' section to run this policy in "
                            "(add e.g. planner: {kind: static, interval_s: 10})"])
@@ -143,20 +146,33 @@ def run(scenario: Union[str, os.PathLike, Mapping, Scenario], overrides: Optiona
 def load_result(out_dir: str, label: Optional[str] = None) -> Result:
     """Read a run folder written by the CLI or :meth:`Result.save` (records are not kept).
 
+    It needs nothing but the folder: the scenario is read as it was resolved, without looking
+    for the files it names (a trace moved or deleted since, a Python policy, a pass table).
+    Rerunning it is another matter: :func:`simkit.load_scenario` checks its recorded inputs.
+
     Raises:
         FileNotFoundError: the folder lacks summary.json or the request rows.
-        simkit.ConfigError: its scenario.resolved.yaml does not load.
+        ValueError: summary.json is not JSON (or is nested too deeply).
+        simkit.ConfigError: its scenario.resolved.yaml is not a valid scenario.
     """
     import pandas as pd
 
-    with open(os.path.join(out_dir, "summary.json"), encoding="utf-8") as f:
-        summary = json.load(f)
+    from simkit import spec
+
+    path = os.path.join(out_dir, "summary.json")
+    with open_regular(path) as f:
+        try:
+            summary = json.load(f)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}: not JSON ({exc.msg}, line {exc.lineno} column {exc.colno})") from None
+        except RecursionError:
+            raise ValueError(f"{path}: JSON nested too deeply; expected a simkit summary") from None
     path = os.path.join(out_dir, "scenario.resolved.yaml")
-    with open(path, encoding="utf-8") as f:
-        scenario = scenario_from_dict(yaml_load(f.read(), path), source=path)
+    with open_regular(path) as f:
+        scenario = spec.scenario_from_dict(yaml_load(f.read(), path), source=path, resolve=None)
     parquet = os.path.join(out_dir, "requests.parquet")
-    if os.path.exists(parquet):
-        frame = pd.read_parquet(parquet)
-    else:
-        frame = pd.read_json(os.path.join(out_dir, "requests.jsonl"), lines=True)
+    rows = parquet if os.path.lexists(parquet) else os.path.join(out_dir, "requests.jsonl")
+    with open_regular(rows):  # never a FIFO or a device (a read would block)
+        pass
+    frame = pd.read_parquet(rows) if rows == parquet else pd.read_json(rows, lines=True)
     return Result(scenario, summary, frame, None, label or os.path.basename(os.path.normpath(out_dir)))

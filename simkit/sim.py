@@ -19,6 +19,7 @@ together (docs/architecture.md); never output or the CLI.
 from __future__ import annotations
 
 import itertools
+import os
 from typing import Any, Iterable, Optional, Sequence
 
 import simpy
@@ -33,47 +34,115 @@ from simkit.spec import ConfigError, KvAwareRouter, PythonPlanner, PythonRouter,
 from simkit.engine.latency import make_latency_model
 from simkit.cluster.link import KvLink
 from simkit.cluster.messages import Environment, carries_request
-from simkit.cluster.planner import Planner, make_planner_policy
-from simkit.cluster.plugins import load_policy
+from simkit.cluster.planner import MAX_TICKS, Planner, make_planner_policy
+from simkit.cluster.plugins import load_policy, module_files
+from simkit.core.files import sha256_file
 from simkit.cluster.pool import WorkerPool
 from simkit.core.records import RunRecords
-from simkit.core.request import Request
+from simkit.core.request import Request, check_requests
 from simkit.core.rng import RngStreams
 from simkit.cluster.kv_router import KvAware
 from simkit.cluster.router import Router
 from simkit.engine.scheduler import private_suffixes
 from simkit.cluster.source import Source
 from simkit.workload import iter_workload, load_workload
-from simkit.core.units import S_PER_MS
+from simkit.core.units import MAX_SIM_TIME_S, MAX_SIM_TIME_TEXT, S_PER_MS
 from simkit.cluster.worker import Stuck, Worker
 
-__all__ = ["Simulation", "build", "load_scenario", "override", "scenario_from_dict", "simulate"]
+__all__ = ["Simulation", "build", "check_inputs", "input_files", "load_scenario", "override", "record_inputs",
+           "scenario_from_dict", "simulate"]
 
 #: rank distance between pools: pass boundaries of one instant run pool by pool, then by index
 RANK_STRIDE = 1 << 40
 
 
-def load_scenario(path: str, overrides: Optional[list[tuple[str, Any]]] = None) -> Scenario:
-    """Read a scenario YAML file, apply ``(dotted.key, value)`` overrides, validate it and fill
-    in what its hardware implies (:func:`simkit.spec.load_scenario` with the resolve step,
-    :func:`simkit.engine.resolve.resolve_scenario`).
+def input_files(scenario: Scenario) -> list[tuple[str, str]]:
+    """Every file a run of ``scenario`` reads, as ``(field path, absolute path)``, in field
+    order without repeats: the trace, empirical lengths, pass tables, model configs (paths,
+    not shipped names) and Python policies' modules (:func:`simkit.spec.paths.path_fields`)."""
+    out: dict[str, str] = {}
+    for where, kind, node in spec.path_fields(scenario):
+        if kind == "module":
+            files = module_files(node)
+        else:
+            files = [os.path.abspath(node.path if kind == "file" else node.model)]
+        for path in files:
+            out.setdefault(path, where)
+    return [(where, path) for path, where in out.items()]
 
-    A relative ``workload.path`` in the file is resolved against the file's folder; one given
-    as an override against the current folder.
+
+def record_inputs(scenario: Scenario) -> Scenario:
+    """``scenario`` with ``inputs`` set to the SHA-256 of each file a run of it reads (those
+    it can read: a missing or unreadable one fails the run with its own message)."""
+    digests = {}
+    for _, path in input_files(scenario):
+        try:
+            digests[path] = sha256_file(path)
+        except OSError:
+            pass
+    return attrs.evolve(scenario, inputs=digests or None)
+
+
+def check_inputs(scenario: Scenario) -> Scenario:
+    """``scenario`` unchanged when every file recorded in its ``inputs`` that it still reads
+    is there with the recorded SHA-256 (files an override replaced are not checked).
 
     Raises:
-        ConfigError: unreadable file, YAML syntax error, or invalid fields (one line each).
+        ResolveError: at ``$.inputs``, one problem per missing or changed file.
     """
-    return spec.load_scenario(path, overrides, resolve=resolve_scenario)
+    if not scenario.inputs:
+        return scenario
+    current = {path for _, path in input_files(scenario)}
+    problems = []
+    for path, digest in scenario.inputs.items():
+        if path not in current:
+            continue
+        try:
+            now = sha256_file(path)
+        except FileNotFoundError:
+            problems.append(("$.inputs", f"input {path}, which the run that wrote this scenario read, is missing; "
+                                         "restore it, or delete its line under 'inputs' to run without it"))
+            continue
+        except OSError as exc:
+            now = f"unreadable ({exc.strerror or exc})"
+        if now != digest:
+            problems.append(("$.inputs", f"input {path} changed since the run that wrote this scenario read it "
+                                         f"(SHA-256 {digest[:12]}..., now {now[:40]}); restore it, or delete its "
+                                         "line under 'inputs' to run on the new file"))
+    if problems:
+        raise ResolveError(problems)
+    return scenario
+
+
+def _resolve(scenario: Scenario) -> Scenario:
+    """The loaders' resolve step: recorded inputs checked, then the hardware's defaults."""
+    return resolve_scenario(check_inputs(scenario))
+
+
+def load_scenario(path: str, overrides: Optional[list[tuple[str, Any]]] = None) -> Scenario:
+    """Read a scenario YAML file, apply ``(dotted.key, value)`` overrides, validate it, check
+    the files its ``inputs`` recorded (:func:`check_inputs`) and fill in what its hardware
+    implies (:func:`simkit.spec.load_scenario` with the resolve step,
+    :func:`simkit.engine.resolve.resolve_scenario`).
+
+    A relative path field in the file is resolved against the file's folder; one given as an
+    override against the current folder.
+
+    Raises:
+        ConfigError: unreadable file, YAML syntax error, invalid fields, a recorded input
+            missing or changed (one line each).
+    """
+    return spec.load_scenario(path, overrides, resolve=_resolve)
 
 
 def scenario_from_dict(data: Any, source: str = "<scenario>") -> Scenario:
-    """Structure a plain dict (as read from YAML) into a validated, resolved :class:`Scenario`.
+    """Structure a plain dict (as read from YAML) into a validated, resolved :class:`Scenario`
+    (relative paths against the current folder; recorded inputs checked).
 
     Raises:
         ConfigError: one ``SOURCE: message @ $.path`` line per problem.
     """
-    return spec.scenario_from_dict(data, source, resolve=resolve_scenario)
+    return spec.scenario_from_dict(data, source, resolve=_resolve)
 
 
 def override(scenario: Scenario, changes: dict[str, Any]) -> Scenario:
@@ -84,7 +153,7 @@ def override(scenario: Scenario, changes: dict[str, Any]) -> Scenario:
     Raises:
         ConfigError: a change makes the scenario invalid.
     """
-    return spec.override(scenario, changes, resolve=resolve_scenario)
+    return spec.override(scenario, changes, resolve=_resolve)
 
 
 def _resolved(scenario: Scenario) -> Scenario:
@@ -105,7 +174,10 @@ class Simulation:
                  stream: bool = False, sink=None) -> None:
         self.scenario = scenario
         self.stream = stream
-        env = self.env = Environment()
+        #: fast-forwarded runs stop here: ``max_sim_time_s``, else the clock's limit, beyond which
+        #: the environment schedules nothing (``stop_reason`` ``time_limit``)
+        self.time_limit = scenario.max_sim_time_s if scenario.max_sim_time_s is not None else MAX_SIM_TIME_S
+        env = self.env = Environment(limit=MAX_SIM_TIME_S)
         max_in_flight = getattr(scenario.workload, "max_in_flight", None)
         self.router_queue = simpy.Store(env)
         private = None
@@ -158,7 +230,7 @@ class Simulation:
                 # ranks order same-instant pass boundaries: pools as above, then by index
                 worker = Worker(env, name, wid, name, spec, latency, probe, handoff=sink,
                                 rank=index * RANK_STRIDE + wid, fast_forward=fast_forward,
-                                horizon=scenario.max_sim_time_s, record_passes=record_passes)
+                                horizon=self.time_limit, record_passes=record_passes)
                 if entry:
                     worker.on_pass_end = self._pass_end_hook
                     if self._kv_listener is not None:
@@ -253,6 +325,9 @@ class Simulation:
                 env.run(until=done if cap is None else env.any_of([done, env.timeout(cap)]))
             if not done.triggered:
                 reason = "time_cap"
+            else:  # the last request ended: let that instant settle (a prefill worker frees KV)
+                while env._queue and env.peek() <= env.now:
+                    env.step()
         except Stuck as exc:  # or a user policy's error (its own reason)
             reason, detail = exc.reason, str(exc)
         except InvariantError as exc:
@@ -262,7 +337,15 @@ class Simulation:
         except (RuntimeError, EmptySchedule) as exc:  # nothing left to happen while work remains
             if not isinstance(exc, EmptySchedule) and "No scheduled events left" not in str(exc):
                 raise
-            reason, detail = "stuck", self._stuck_diagnostic()
+            if env.overrun is not None:  # what was left to happen lies beyond the clock's limit
+                left = self.collector.remaining
+                reason, detail = "time_limit", (
+                    f"an event was due at t={env.overrun:.6g} s, beyond the simulated clock's limit of "
+                    f"{MAX_SIM_TIME_TEXT}, with {'some' if left is None else left} request(s) not ended "
+                    f"(times that add up beyond it: delays, think times, pass or transfer times); the run "
+                    f"stopped at t={env.now:.6f} s")
+            else:
+                reason, detail = "stuck", self._stuck_diagnostic()
         end_at = env.now
         for pool in self.worker_pools.values():
             pool.accrue(end_at)
@@ -298,6 +381,9 @@ class Simulation:
         held = len(self.router.held) + len(self.router.incoming) + len(self.router.held_handoffs)
         if held:  # waiting in the router queue (busy thresholds) or for a decode worker
             busy.append(f"{held} held by the router")
+        unreleased = self.source.describe_unreleased()
+        if unreleased:  # waiting for a closed-loop slot or for requests that never end
+            busy.append(unreleased)
         return (f"no event left at t={self.env.now:.6f} s with {left} released request(s) not ended; "
                 + ("; ".join(busy) if busy else "no worker holds them"))
 
@@ -368,14 +454,34 @@ def build(scenario: Scenario, requests: Optional[Iterable[Request]] = None,
         ValueError: request ids are not 0..N-1; ``stream`` with a closed loop.
     """
     scenario = _resolved(scenario)
+    if requests is not None and not stream:
+        requests = tuple(requests)
+        check_requests(requests)
     if stream:
         stream_of = iter(requests if requests is not None else iter_workload(scenario.workload, scenario.seed))
         first = next(stream_of, None)  # a missing or malformed trace fails here, not mid-run
         requests = stream_of if first is None else itertools.chain((first,), stream_of)
     elif requests is None:
         requests = load_workload(scenario.workload, scenario.seed)
+    if scenario.planner is not None and not stream:
+        _check_planner_ticks(scenario, requests)
     return Simulation(scenario, requests, record_token_times, fast_forward, record_passes,
                       router_policy, planner_policy, stream, sink)
+
+
+def _check_planner_ticks(scenario: Scenario, requests: Sequence[Request]) -> None:
+    """Refuse, before the run, a workload whose arrivals span more planner ticks than a run
+    makes (:data:`simkit.cluster.planner.MAX_TICKS`): the run would stop there.
+
+    Raises:
+        ConfigError: at ``$.planner.interval_s``.
+    """
+    span = max((r.arrived_at for r in requests if not r.deps), default=0.0)
+    interval = scenario.planner.interval_s
+    if span / interval > MAX_TICKS:
+        raise ConfigError([f"the workload's arrivals span {span:.6g} s, {span / interval:,.0f} planner ticks of "
+                           f"interval_s ({interval:g} s), more than the {MAX_TICKS:,} a run makes; raise "
+                           "planner.interval_s (or compress a trace with arrival_speedup_ratio) @ $.planner.interval_s"])
 
 
 def simulate(scenario: Scenario, requests: Optional[Sequence[Request]] = None,

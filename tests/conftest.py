@@ -31,6 +31,37 @@ def shared_path(*parts: str) -> Path:
     return path
 
 
+def one_line(capsys) -> str:
+    """The one line a command wrote to stderr (no traceback), stripped."""
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    return err.strip()
+
+
+def write(path: Path, text: str) -> Path:
+    """Write ``text`` to ``path``, its folders made; returns ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def interrupt_at_pass(monkeypatch, n: int) -> None:
+    """Make the polynomial latency model raise KeyboardInterrupt when it prices its ``n``-th pass
+    (a Ctrl-C in the middle of a run priced by it)."""
+    from simkit.engine.latency import PolynomialModel
+
+    calls = {"n": 0}
+    original = PolynomialModel.pass_time_s
+
+    def interrupting(self, *args):
+        calls["n"] += 1
+        if calls["n"] == n:
+            raise KeyboardInterrupt
+        return original(self, *args)
+
+    monkeypatch.setattr(PolynomialModel, "pass_time_s", interrupting)
+
+
 def req(rid: int, at_ms: float, isl: int, osl: int, ids=None, tbs: int = 512) -> Request:
     """A request arriving at ``at_ms`` with prompt ``isl`` and output ``osl`` tokens."""
     if ids is None:

@@ -83,7 +83,7 @@ def test_bad_trace_line_is_one_line_exit_2_and_no_folder(tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["scenarios/agg.yaml", "--trace", str(trace), "--out", str(out)]) == 2
     err = capsys.readouterr().err
-    assert err == f"{trace}:2: field 'input_length' is 'x'; expected an integer >= 1\n"
+    assert err == f"{trace}:2: field 'input_length' is \"x\"; expected an integer from 1 to 2147483648\n"
     assert not out.exists() and os.listdir(tmp_path) == ["t.jsonl"]
 
 

@@ -7,9 +7,11 @@ FILE]`` (:mod:`simkit.cli.compare`), ``python -m simkit step --model M --gpu G .
 
 Exit codes: 0 success (including a run cut by ``max_sim_time_s``); 2 bad input (scenario, trace,
 arguments, output folder), reported as one line per problem on stderr with no traceback and no
-output folder written; 1 the run stopped abnormally (stuck, or ``--check`` found a broken
-invariant: the diagnostic goes to stderr and the partial results are written, marked
-incomplete); 130 interrupted by Ctrl-C (partial results written, marked incomplete).
+output folder written; 1 the run stopped abnormally (stuck, a policy's error, ``--check`` found
+a broken invariant, the clock's 1e9 s limit, results that cannot be written: the diagnostic
+goes to stderr and the partial results are written, marked incomplete; they never replace
+earlier results); 130 interrupted by Ctrl-C or SIGTERM (partial results written, marked
+incomplete).
 
 Layout: :func:`main` gives a first argument that names a subcommand (``_subcommand``) to it and
 anything else to the run command. What the commands share (the parser class ``_Parser``,

@@ -20,16 +20,27 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"simkit: {message} (see {self.prog} --help)\n")
 
 
-def _default_out(name: str) -> str:
-    """A new folder ``runs/NAME-YYYYmmdd-HHMMSS[-k]``, created (reserved) at once so that runs
-    started together never pick the same one.
+#: the longest scenario name a default output folder carries (file names stop at 255 bytes)
+MAX_NAME_IN_FOLDER = 80
+
+
+def _safe_name(name: str) -> str:
+    """``name`` as a folder name: ASCII letters, digits, ``-_.`` (others become ``_``), no
+    leading dot, at most :data:`MAX_NAME_IN_FOLDER` characters."""
+    safe = "".join(ch if ch.isascii() and (ch.isalnum() or ch in "-_.") else "_" for ch in name)
+    return safe.lstrip(".")[:MAX_NAME_IN_FOLDER] or "run"
+
+
+def _default_out(name: str, prefix: str = "") -> str:
+    """A new folder ``runs/PREFIXNAME-YYYYmmdd-HHMMSS[-k]`` (the name made safe by
+    :func:`_safe_name`), created (reserved) at once so that runs started together never pick
+    the same one.
 
     Raises:
         OSError: ``runs/`` cannot be created.
     """
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name).lstrip(".") or "run"
-    base = os.path.join("runs", f"{safe}-{stamp}")
+    base = os.path.join("runs", f"{prefix}{_safe_name(name)}-{stamp}")
     os.makedirs("runs", exist_ok=True)
     out, k = base, 2
     while True:
@@ -41,19 +52,30 @@ def _default_out(name: str) -> str:
 
 
 def _check_out(out_dir: str, force: bool, inputs: Sequence[str]) -> Optional[str]:
-    """Why ``out_dir`` cannot receive results, or None. Checked before the run starts."""
+    """Why ``out_dir`` cannot receive results, or None. Checked before the run starts.
+
+    ``inputs``: every file (or folder) the run reads: a folder that is or holds one is never
+    replaced, even with ``force``."""
+    from simkit.output.files import folder_content, held_input, live_claim
+
     out = os.path.realpath(out_dir)
-    here = os.path.realpath(os.getcwd())
-    if here == out or here.startswith(out + os.sep):
+    if held_input(out, [os.getcwd()]):
         return f"{out_dir}: refusing to write results over the current folder or one that contains it"
-    for path in inputs:
-        real = os.path.realpath(path)
-        if real.startswith(out + os.sep):
-            return f"{out_dir}: refusing to replace a folder that holds the input {path}"
+    kept = held_input(out, inputs)
+    if kept is not None:
+        return f"{out_dir}: refusing to replace a folder that holds the input {kept}"
     if os.path.exists(out_dir):
         if not os.path.isdir(out_dir):
             return f"{out_dir}: exists and is not a folder; choose another --out"
-        if os.listdir(out_dir) and not force:
+        owner = live_claim(out)
+        if owner is not None:
+            return (f"{out_dir}: another simkit run (pid {owner[0]} on {owner[1]}) is writing into it; "
+                    "choose another --out")
+        try:
+            content = folder_content(out)
+        except OSError as exc:
+            return f"{out_dir}: cannot read the output folder: {exc.strerror or exc}"
+        if content and not force:
             return f"{out_dir}: output folder exists and is not empty; choose another --out or add --force"
     parent = os.path.dirname(out) or "."
     probe = parent

@@ -8,7 +8,8 @@ import argparse
 import os
 from typing import Sequence
 
-from simkit.cli.common import _fail, _Parser
+from simkit.cli.common import _fail, _Parser, _printable
+from simkit.core.records import ABNORMAL_STOPS
 from simkit.spec import ConfigError
 
 
@@ -25,9 +26,18 @@ def _fmt(value, spec: str = ".2f") -> str:
     return "-" if value is None else format(value, spec)
 
 
+def _stop(summary: dict) -> str:
+    """How the run ended: its stop reason, marked when its results are partial."""
+    stop = summary.get("stop") if isinstance(summary, dict) else None
+    reason = str(stop.get("reason", "?")) if isinstance(stop, dict) else "?"
+    return f"{reason} (partial)" if reason in ABNORMAL_STOPS else reason
+
+
 def compare_table(results) -> str:
-    """A side-by-side table of run summaries (columns: runs)."""
-    rows = [("completed / total", lambda s: f"{s['requests']['completed']}/{s['requests']['total']}")]
+    """A side-by-side table of run summaries (columns: runs); the ``stopped`` row marks a run
+    that ended abnormally (interrupted, stuck...) as partial."""
+    rows = [("completed / total", lambda s: f"{s['requests']['completed']}/{s['requests']['total']}"),
+            ("stopped", _stop)]
     for metric, name in (("ttft_ms", "TTFT"), ("itl_ms", "ITL"), ("e2e_ms", "E2E")):
         for q in ("p50", "p90", "p99"):
             rows.append((f"{name} {q} ms", lambda s, m=metric, q=q: _fmt(s[m] and s[m][q])))
@@ -39,8 +49,9 @@ def compare_table(results) -> str:
         ("GPU-hours", lambda s: _fmt(sum(s["gpu_hours"].values()) if "gpu_hours" in s else None, ".3f")),
         ("prefix hit ratio", lambda s: _fmt(s["prefix_cache_hit_ratio"], ".3f")),
     ]
-    width = max(14, *(len(r.label) for r in results))
-    lines = [f"{'':20}" + "".join(f"{r.label[-width:]:>{width + 2}}" for r in results)]
+    labels = [_printable(r.label) for r in results]
+    width = max(14, *(len(label) for label in labels), *(len(_stop(r.summary)) for r in results))
+    lines = [f"{'':20}" + "".join(f"{label[-width:]:>{width + 2}}" for label in labels)]
     for name, get in rows:
         lines.append(f"{name:20}" + "".join(f"{get(r.summary):>{width + 2}}" for r in results))
     return "\n".join(lines)
@@ -55,6 +66,8 @@ def compare_main(argv: Sequence[str]) -> int:
         ext = os.path.splitext(args.plot)[1].lower()
         if ext not in (".png", ".pdf", ".svg"):
             return _fail([f"{args.plot}: --plot writes .png, .pdf or .svg, not {ext or 'a file without extension'}"])
+        if os.path.lexists(args.plot) and not os.path.isfile(args.plot):  # a FIFO would block the write
+            return _fail([f"{args.plot}: exists and is not a regular file; choose another --plot"])
         if os.path.exists(args.plot) and not args.force:
             return _fail([f"{args.plot}: exists; choose another --plot or add --force"])
     results = []
@@ -73,10 +86,14 @@ def compare_main(argv: Sequence[str]) -> int:
             return _fail([f"{run_dir}: summary.json is not a simkit summary ({type(exc).__name__}: {exc})"])
     print(compare_table(results))
     if args.plot:
-        fig = results[0].plot_cdf(*results[1:])
+        try:
+            fig = results[0].plot_cdf(*results[1:])
+        except (KeyError, TypeError, ValueError) as exc:  # request rows of another shape
+            return _fail([f"{args.plot}: cannot plot these runs: their request rows are not simkit's "
+                          f"({type(exc).__name__}: {exc})"])
         try:
             fig.savefig(args.plot, dpi=110, metadata={"Software": None})
         except OSError as exc:
             return _fail([f"{args.plot}: cannot write the plot: {exc.strerror or exc}"])
-        print(f"wrote {args.plot}")
+        print(_printable(f"wrote {args.plot}"))
     return 0

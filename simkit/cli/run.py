@@ -10,16 +10,16 @@ import argparse
 import os
 import shutil
 import sys
-import tempfile
 import time
 from typing import Sequence
 
 from simkit import __version__
 from simkit.cli.common import _check_out, _default_out, _fail, _Interrupts, _Parser, _printable
-from simkit.spec import ConfigError, parse_overrides
-from simkit.output.files import write_run
+from simkit.spec import TRACE_FORMATS, ConfigError, parse_overrides
+from simkit.core.records import ABNORMAL_STOPS
+from simkit.output.files import beside, claim_folder, folder_content, sibling_tmp_dir, write_run
 from simkit.output.report import render_text, summarize
-from simkit.sim import build, load_scenario
+from simkit.sim import build, input_files, load_scenario, record_inputs
 from simkit.workload import TraceError
 
 
@@ -34,9 +34,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("scenario", help="scenario YAML file, e.g. scenarios/disagg.yaml")
     p.add_argument("--trace", metavar="FILE",
-                   help="replace the workload with this trace file, its format (mooncake, agentic, azure, csv, "
-                        "weka, weka_requests) detected from its first line (trace_block_size 512 unless "
-                        "set with --set workload.trace_block_size=N)")
+                   help=f"replace the workload with this trace file, its format ({', '.join(TRACE_FORMATS)}) "
+                        "detected from its first line (trace_block_size 512 unless set with --set "
+                        "workload.trace_block_size=N)")
     p.add_argument("--set", dest="overrides", metavar="KEY=VALUE", action="append", default=[],
                    help="override a scenario field by dotted path, e.g. pools.decode.workers=8 "
                         "(values are YAML scalars); repeatable")
@@ -81,29 +81,39 @@ def _run_cli(args, argv: list, interrupts: _Interrupts) -> int:
     try:
         overrides = []
         if args.trace is not None:
-            overrides.append(("workload", {"kind": "trace", "path": os.path.abspath(args.trace)}))
+            overrides.append(("workload", {"kind": "trace", "path": os.path.abspath(os.path.expanduser(args.trace))}))
         overrides += parse_overrides(args.overrides)
         if args.seed is not None:
             if any(key == "seed" for key, _ in overrides):
                 return _fail(["--seed and --set seed=... both set the seed; give one"])
             overrides.append(("seed", args.seed))
-        scenario = load_scenario(args.scenario, overrides)
+        scenario = record_inputs(load_scenario(args.scenario, overrides))
     except ConfigError as exc:
         return _fail(exc.messages)
     if args.out is not None and not args.out.strip():
         return _fail(["--out: expected a folder name, got an empty one"])
-    reserved = None if args.out else _default_out(scenario.name)
-    out_dir = args.out or reserved
     try:
-        inputs = [args.scenario] + ([scenario.workload.path] if hasattr(scenario.workload, "path") else [])
+        reserved = None if args.out else _default_out(scenario.name)
+    except OSError as exc:
+        return _fail([f"runs: cannot create the default output folder: {exc.strerror or exc}; choose one with --out"])
+    out_dir = args.out or reserved
+    claim = None
+    try:
+        inputs = [args.scenario] + [path for _, path in input_files(scenario)]
         problem = _check_out(out_dir, args.force, inputs)
         if problem:
             return _fail([problem])
         if args.stream and getattr(scenario.workload, "max_in_flight", None) is not None:
             return _fail([f"{args.scenario}: --stream cannot replay a closed loop (workload.max_in_flight): "
                           "it needs the whole workload; run without --stream"])
+        try:  # two runs started together with one --out: the second is refused here
+            claim = claim_folder(out_dir)
+        except OSError as exc:
+            return _fail([f"{out_dir}: cannot use the output folder: {exc.strerror or exc}"])
         return _simulate_and_write(args, argv, interrupts, scenario, out_dir)
     finally:
+        if claim is not None:
+            claim.release()
         # the default folder is reserved before the run; one that got no results goes again
         if reserved is not None and os.path.isdir(reserved) and not os.listdir(reserved):
             os.rmdir(reserved)
@@ -116,10 +126,11 @@ def _simulate_and_write(args, argv: list, interrupts: _Interrupts, scenario, out
         if args.stream:
             from simkit.output.spool import RequestSpool
 
-            parent = os.path.dirname(os.path.abspath(out_dir))
-            os.makedirs(parent, exist_ok=True)
-            spool_dir = tempfile.mkdtemp(prefix=".simkit-spool-", dir=parent)
-            sink = RequestSpool(os.path.join(spool_dir, "records.parquet"))
+            try:
+                spool_dir = sibling_tmp_dir(out_dir, prefix=".simkit-spool-")
+                sink = RequestSpool(os.path.join(spool_dir, "records.parquet"))
+            except OSError as exc:
+                return _fail([f"{out_dir}: cannot create the records spool beside it: {exc.strerror or exc}"])
         try:
             # no output file holds token timelines yet, so they are not recorded
             sim = build(scenario, record_token_times=False, fast_forward=not args.per_pass,
@@ -140,7 +151,12 @@ def _run_and_write(args, argv: list, interrupts: _Interrupts, scenario, out_dir:
         from simkit.output.progress import attach_progress
 
         attach_progress(sim)
-    records = sim.run(check=args.check)
+    try:
+        records = sim.run(check=args.check)
+    except OSError as exc:  # the streamed records' spool: a full disk, say
+        print(_printable(f"simkit: the run stopped: cannot write the streamed records beside {out_dir}: "
+                         f"{exc.strerror or exc}; nothing written"), file=sys.stderr)
+        return 1
     interrupts.defer = True  # from here on a signal only waits for the results to be written
     run_s = time.perf_counter() - wall0 - load_s
     summary = summarize(records, scenario.sla)
@@ -161,31 +177,37 @@ def _run_and_write(args, argv: list, interrupts: _Interrupts, scenario, out_dir:
     info = {"simkit_version": __version__, "load_s": load_s, "run_s": run_s, "check": args.check,
             "per_pass": args.per_pass, "timeline": args.timeline,
             "requests": len(records.requests), "argv": argv}
+    partial = records.stop_reason in ABNORMAL_STOPS
+    target, kept = out_dir, None
+    if partial and os.path.isdir(out_dir) and folder_content(out_dir):
+        # --force over earlier results: partial results never replace them; they go beside
+        target, kept = beside(out_dir, "partial"), out_dir
     try:
         try:
-            write_run(out_dir, scenario, records, summary, info, figures, force=args.force)
-        except FileExistsError:  # filled by someone else while we ran: keep our results anyway
-            taken, k = out_dir, 2
-            while os.path.exists(f"{taken}-{k}"):
-                k += 1
-            out_dir = f"{taken}-{k}"
-            print(f"simkit: {taken} was filled by another process during the run; writing to {out_dir}",
+            write_run(target, scenario, records, summary, info, figures, force=args.force and kept is None)
+        except FileExistsError:  # filled by another program while we ran: keep our results anyway
+            taken, target = target, beside(target, "new")
+            print(_printable(f"simkit: {taken} was filled by another process during the run; writing to {target}"),
                   file=sys.stderr)
-            write_run(out_dir, scenario, records, summary, info, figures, force=False)
+            write_run(target, scenario, records, summary, info, figures, force=False)
     except OSError as exc:
-        return _fail([f"{out_dir}: cannot write results: {exc.strerror or exc}"])
+        print(_printable(f"simkit: {target}: cannot write the results: {exc.strerror or exc}; nothing written"),
+              file=sys.stderr)
+        return 1
+    shown = target if kept is None else os.path.relpath(target)
     if args.quiet:
-        print(out_dir)  # just the path: OUT=$(python -m simkit ... --quiet)
+        print(shown)  # just the path: OUT=$(python -m simkit ... --quiet)
     else:
-        print(render_text(summary, title=f"{scenario.name} ({scenario.mode}), "
-                                         f"simulated in {run_s:.2f} s"))
-        print(f"wrote {out_dir}")
-    if records.stop_reason in ("stuck", "check_failed", "policy_error", "interrupted"):
-        print(_printable(f"simkit: run stopped ({records.stop_reason}): {records.stop_detail}; "
-                         f"partial results in {out_dir}", 2000), file=sys.stderr)
+        print(render_text(summary, title=_printable(f"{scenario.name} ({scenario.mode}), "
+                                                    f"simulated in {run_s:.2f} s")))
+        print(_printable(f"wrote {shown}"))
+    if partial:
+        where = f"partial results in {shown}" + (f" ({kept} keeps its earlier results)" if kept else "")
+        print(_printable(f"simkit: run stopped ({records.stop_reason}): {records.stop_detail}; {where}", 2000),
+              file=sys.stderr)
         return 130 if records.stop_reason == "interrupted" else 1
     if interrupts.count:
-        print(f"simkit: interrupted after the simulation had finished; the complete results are in {out_dir}",
-              file=sys.stderr)
+        print(_printable(f"simkit: interrupted after the simulation had finished; the complete results are in "
+                         f"{shown}"), file=sys.stderr)
         return 130
     return 0

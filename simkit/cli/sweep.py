@@ -17,14 +17,20 @@ depend on where or in which order runs execute. GPUs per point: each pool's work
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import shutil
 import sys
 from typing import Any, Optional, Sequence
 
-from simkit.cli.common import _check_out, _fail, _Interrupts, _Parser
-from simkit.sim import load_scenario
+from simkit.cli.common import _check_out, _default_out, _fail, _Interrupts, _Parser, _printable
+from simkit.core.records import ABNORMAL_STOPS
+from simkit.output.files import beside, claim_folder, folder_content, move_into_place, sibling_tmp_dir
+from simkit.sim import input_files, load_scenario
 from simkit.spec import ConfigError, parse_overrides, yaml_load
+
+#: the most points a sweep runs
+MAX_POINTS = 10_000
 
 #: summary values copied into the sweep table, as (column, path in summary.json)
 COLUMNS = [
@@ -74,11 +80,11 @@ def _run_one(scenario_path: str, overrides: list, out_dir: str) -> dict:
     """
     from simkit.output.files import write_run
     from simkit.output.report import summarize
-    from simkit.sim import build
+    from simkit.sim import build, record_inputs
     from simkit.workload import TraceError
 
     try:
-        scenario = load_scenario(scenario_path, overrides)
+        scenario = record_inputs(load_scenario(scenario_path, overrides))
         records = build(scenario, record_token_times=False).run()
     except ConfigError as exc:
         return {"status": "failed", "error": "; ".join(m.removeprefix("--set ") for m in exc.messages),
@@ -86,8 +92,12 @@ def _run_one(scenario_path: str, overrides: list, out_dir: str) -> dict:
     except TraceError as exc:
         return {"status": "failed", "error": str(exc), "summary": None, "gpus": None}
     summary = summarize(records, scenario.sla)
-    write_run(out_dir, scenario, records, summary, {"sweep": True}, figures={}, force=True)
-    failed = records.stop_reason in ("stuck", "check_failed", "policy_error")
+    try:
+        write_run(out_dir, scenario, records, summary, {"sweep": True}, figures={}, force=True)
+    except OSError as exc:  # a full disk, say: this point's results are lost, and it says so
+        return {"status": "failed", "error": f"cannot write its results: {exc.strerror or exc}",
+                "summary": summary, "gpus": None}
+    failed = records.stop_reason in ABNORMAL_STOPS
     # GPUs: TP x DP per worker; with a planner, the time-weighted mean of the GPUs provisioned
     if scenario.planner is None or records.end_at <= 0:
         gpus = sum(spec.workers * spec.gpus_per_worker for _, spec in scenario.pools.named())
@@ -124,54 +134,97 @@ def main(argv: Sequence[str]) -> int:
         return _fail([f"--jobs {args.jobs}: expected at least 1"])
     try:
         grid = parse_grid(args.grid)
+        points = math.prod(len(values) for _, values in grid)
+        if points > MAX_POINTS:  # each point is a run: a grid that size would never end
+            return _fail([f"--grid: {points:,} points; a sweep runs at most {MAX_POINTS:,} (split it into sweeps)"])
         common = parse_overrides(args.overrides)
         combos = combinations(grid)
         base = load_scenario(args.scenario, common)
     except ConfigError as exc:
         return _fail(exc.messages)
-    import time
-
     # a point whose values are invalid is recorded as failed and the others run; but when no
     # point is valid (a misspelt key, say) nothing is run or written
-    problems = []
+    problems, inputs = [], {args.scenario}
     for combo in combos:
         try:
-            load_scenario(args.scenario, common + list(combo.items()))
+            point = load_scenario(args.scenario, common + list(combo.items()))
         except ConfigError as exc:
             problems.append(exc.messages[0])
+            continue
+        inputs.update(path for _, path in input_files(point))  # every file any point reads is kept
     if problems and len(problems) == len(combos):
         return _fail([f"no point of the grid is a valid scenario; the first: {problems[0]}"])
-    out = args.out or os.path.join("runs", f"sweep-{base.name}-{time.strftime('%Y%m%d-%H%M%S')}")
-    problem = _check_out(out, args.force, [args.scenario])
-    if problem:
-        return _fail([problem])
-    # the sweep is built in a sibling temp folder and renamed into place at the end, so a
-    # --force sweep never mixes with, or loses, what the folder held unless it completes
-    from simkit.output.files import move_into_place, sibling_tmp_dir
+    try:
+        reserved = None if args.out else _default_out(base.name, prefix="sweep-")
+    except OSError as exc:
+        return _fail([f"runs: cannot create the default output folder: {exc.strerror or exc}; choose one with --out"])
+    out = args.out or reserved
+    claim = None
+    try:
+        problem = _check_out(out, args.force, sorted(inputs))
+        if problem:
+            return _fail([problem])
+        try:  # two sweeps started together with one --out: the second is refused here
+            claim = claim_folder(out)
+            work = sibling_tmp_dir(out, prefix=".simkit-sweep-")
+        except OSError as exc:
+            return _fail([f"{out}: cannot use the output folder: {exc.strerror or exc}"])
+        return _sweep(args, grid, combos, common, out, work)
+    finally:
+        if claim is not None:
+            claim.release()
+        if reserved is not None and os.path.isdir(reserved) and not os.listdir(reserved):
+            os.rmdir(reserved)
 
-    work = sibling_tmp_dir(out, prefix=".simkit-sweep-")
+
+def _keep(work: str, out: str) -> str:
+    """Put the sweep folder ``work`` in place: at ``out`` when it holds no results, else
+    beside it (``OUT.partial``), so earlier results are never replaced by an unfinished
+    sweep. Returns where it went."""
+    target = out if not (os.path.isdir(out) and folder_content(out)) else beside(out, "partial")
+    move_into_place(work, target, force=False)
+    return target
+
+
+def _sweep(args, grid: list, combos: list, common: list, out: str, work: str) -> int:
+    """Run the points into ``work``, then write the table and move ``work`` to ``out``. The
+    sweep is built in a sibling temp folder and renamed into place at the end, so a --force
+    sweep never mixes with, or loses, what the folder held unless it completes."""
     scenario_path = os.path.abspath(args.scenario)
     jobs = [(scenario_path, common + list(combo.items()), os.path.join(work, f"run{i:03d}"))
             for i, combo in enumerate(combos)]
-    try:
-        with _Interrupts():  # SIGTERM too stops the sweep as Ctrl-C does
+    with _Interrupts() as interrupts:  # SIGTERM too stops the sweep as Ctrl-C does
+        try:
             outcomes = _execute(jobs, args.jobs, args.scheduler)
-    except (ImportError, OSError) as exc:
-        shutil.rmtree(work, ignore_errors=True)  # nothing ran: leave nothing behind
-        if isinstance(exc, ImportError):
+        except ImportError:
+            shutil.rmtree(work, ignore_errors=True)  # nothing ran: leave nothing behind
             return _fail(["--scheduler needs the 'distributed' package: pip install 'dask[distributed]'"])
-        return _fail([f"--scheduler {args.scheduler}: cannot reach the Dask scheduler ({exc})"])
-    except KeyboardInterrupt:
-        if os.listdir(work) and not (os.path.exists(out) and os.listdir(out)):
-            move_into_place(work, out)
-            print(f"simkit: sweep interrupted; finished runs are in {out}", file=sys.stderr)
-        elif os.listdir(work):  # --force over results: those stay, the new runs beside them
-            print(f"simkit: sweep interrupted; {out} is as it was, finished runs are in {work}",
-                  file=sys.stderr)
-        else:
+        except SchedulerUnreachable as exc:
             shutil.rmtree(work, ignore_errors=True)
-            print("simkit: sweep interrupted before a run finished; nothing written", file=sys.stderr)
-        return 130
+            return _fail([f"--scheduler {args.scheduler}: cannot reach the Dask scheduler ({exc})"])
+        except KeyboardInterrupt:
+            interrupts.defer = True  # moving the finished runs is not interrupted in turn
+            if not os.listdir(work):
+                shutil.rmtree(work, ignore_errors=True)
+                print("simkit: sweep interrupted before a run finished; nothing written", file=sys.stderr)
+                return 130
+            where = _keep(work, out)
+            kept = f" ({out} keeps its earlier results)" if where != os.path.realpath(out) else ""
+            print(_printable(f"simkit: sweep interrupted; the finished runs are in {where}{kept} (no sweep.csv)"),
+                  file=sys.stderr)
+            return 130
+        # from here on a signal only waits for the table and the folder to be written
+        interrupts.defer = True
+        code = _finish(args, grid, combos, outcomes, scenario_path, out, work)
+        if interrupts.count and code in (0, 1):
+            print(_printable(f"simkit: interrupted after the sweep had finished; its results are in {out}"),
+                  file=sys.stderr)
+            return 130
+        return code
+
+
+def _finish(args, grid: list, combos: list, outcomes: list, scenario_path: str, out: str, work: str) -> int:
+    """Write the sweep's table and plot into ``work``, move it to ``out`` and print the table."""
     import pandas as pd
 
     for outcome in outcomes:  # errors name the scenario as the user gave it, not its absolute path
@@ -182,22 +235,32 @@ def main(argv: Sequence[str]) -> int:
         shutil.rmtree(work, ignore_errors=True)
         return _fail([f"every point of the sweep failed; the first: {failures[0]}"])
     table = sweep_table(combos, outcomes)
-    table.to_csv(os.path.join(work, "sweep.csv"), index=False)
-    table.to_parquet(os.path.join(work, "sweep.parquet"), index=False)
-    from simkit.output.plots import pareto
+    try:
+        table.to_csv(os.path.join(work, "sweep.csv"), index=False)
+        table.to_parquet(os.path.join(work, "sweep.parquet"), index=False)
+        from simkit.output.plots import pareto
 
-    pareto(table, [k for k, _ in grid]).savefig(os.path.join(work, "pareto.png"), dpi=110,
-                                                metadata={"Software": None})
-    move_into_place(work, out)
+        pareto(table, [k for k, _ in grid]).savefig(os.path.join(work, "pareto.png"), dpi=110,
+                                                    metadata={"Software": None})
+        move_into_place(work, out, force=True)
+    except OSError as exc:  # a full disk: the finished runs are kept where they can be found
+        try:
+            where = _keep(work, out)
+        except OSError:
+            where = work
+        print(_printable(f"simkit: cannot write the sweep's table and plot: {exc.strerror or exc}; the finished "
+                         f"runs are in {where}"), file=sys.stderr)
+        return 1
     with pd.option_context("display.width", 200, "display.max_columns", 30, "display.max_colwidth", 60):
         shown = table.copy()
         for column in ("completed", "rejected", "error"):  # <NA> and None print as "-" like the rest
             shown[column] = shown[column].astype(object).where(shown[column].notna(), "-")
-        print(shown.to_string(index=False, na_rep="-", float_format=lambda x: f"{x:.2f}"))
-    print(f"wrote {out} ({len(table)} runs, {len(failures)} failed; sweep.csv, pareto.png)")
+        text = shown.to_string(index=False, na_rep="-", float_format=lambda x: f"{x:.2f}")
+        print("\n".join(_printable(line, 10_000) for line in text.splitlines()))
+    print(_printable(f"wrote {out} ({len(table)} runs, {len(failures)} failed; sweep.csv, pareto.png)"))
     if failures:
-        print(f"simkit: {len(failures)} of {len(table)} points failed (the error column of sweep.csv); "
-              f"the first: {failures[0]}", file=sys.stderr)
+        print(_printable(f"simkit: {len(failures)} of {len(table)} points failed (the error column of sweep.csv); "
+                         f"the first: {failures[0]}"), file=sys.stderr)
     return 1 if failures else 0
 
 
@@ -242,19 +305,56 @@ def _yaml_text(value: Any) -> str:
     return str(value)
 
 
+class SchedulerUnreachable(Exception):
+    """The Dask scheduler of ``--scheduler`` cannot be reached."""
+
+
+def _failed_point(exc: BaseException) -> dict:
+    """The outcome of a point whose worker failed outside simkit (killed, out of memory)."""
+    reason = " ".join(f"{type(exc).__name__}: {exc}".split()) or type(exc).__name__
+    return {"status": "failed", "error": f"its worker failed: {reason}", "summary": None, "gpus": None}
+
+
 def _execute(jobs: list, n_jobs: int, dask_address: Optional[str]) -> list[dict]:
+    """Run every job; a point whose worker dies is recorded as failed, not lost with the rest.
+
+    Raises:
+        ImportError: ``dask_address`` without the distributed package.
+        SchedulerUnreachable: the scheduler cannot be reached.
+        KeyboardInterrupt: a signal stopped the sweep (points not started are cancelled).
+    """
     if dask_address:
         from distributed import Client
 
-        with Client(dask_address) as client:
+        try:
+            client = Client(dask_address, timeout=30)
+        except (OSError, TimeoutError, ValueError) as exc:
+            raise SchedulerUnreachable(str(exc) or type(exc).__name__) from None
+        with client:
             futures = [client.submit(_run_one, *job, pure=False) for job in jobs]
-            return client.gather(futures)
+            return [_result(f) for f in futures]
     if n_jobs == 1 or len(jobs) == 1:
         return [_run_one(*job) for job in jobs]
     from concurrent.futures import ProcessPoolExecutor
 
-    with ProcessPoolExecutor(max_workers=min(n_jobs, len(jobs))) as pool:
-        return list(pool.map(_run_one, *zip(*jobs)))
+    pool = ProcessPoolExecutor(max_workers=min(n_jobs, len(jobs)))
+    try:
+        futures = [pool.submit(_run_one, *job) for job in jobs]
+        return [_result(f) for f in futures]
+    except KeyboardInterrupt:
+        pool.shutdown(wait=True, cancel_futures=True)  # the runs under way finish; the rest never start
+        raise
+    finally:
+        pool.shutdown(wait=True)
+
+
+def _result(future) -> dict:
+    try:
+        return future.result()
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:  # the worker process died, or the future was cancelled
+        return _failed_point(exc)
 
 
 if __name__ == "__main__":  # pragma: no cover

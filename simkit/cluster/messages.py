@@ -6,7 +6,9 @@ other's classes.
 
 from __future__ import annotations
 
+import math
 from heapq import heappush
+from typing import Optional
 
 import simpy
 from simpy.core import NORMAL
@@ -14,13 +16,34 @@ from simpy.events import Event
 
 
 class Environment(simpy.Environment):
-    """SimPy's environment plus :meth:`timeout_at`.
+    """SimPy's environment plus :meth:`timeout_at` and a clock ``limit`` (s): an event due
+    beyond it (or at NaN) is never scheduled, and the first such time is kept in
+    :attr:`overrun`, so a run whose times add up past the limit ends, and says so, instead of
+    running on where float64 no longer resolves a microsecond.
 
     ``env.timeout(delay)`` fires at ``now + delay`` rounded, and some float times cannot be
     reached that way from a given ``now``. Fast-forwarded decode runs must end on the very
     float the per-pass path reaches by adding pass times one by one, so they schedule at an
     absolute time. Uses the event queue as SimPy 4 lays it out: (time, priority, id, event).
     """
+
+    def __init__(self, initial_time: float = 0, limit: float = math.inf) -> None:
+        super().__init__(initial_time)
+        self.limit = limit
+        self.overrun: Optional[float] = None  #: the first time an event was due beyond ``limit``
+
+    def _beyond(self, at: float) -> None:
+        """``at`` is beyond the limit (or NaN): keep the first such time; nothing is scheduled."""
+        if self.overrun is None:
+            self.overrun = at
+
+    def schedule(self, event: Event, priority: int = NORMAL, delay: float = 0) -> None:
+        """Schedule ``event`` at ``now + delay`` (SimPy's rule), unless that is beyond the limit."""
+        at = self._now + delay
+        if at <= self.limit:
+            heappush(self._queue, (at, priority, next(self._eid), event))
+        else:
+            self._beyond(at)
 
     def timeout_at(self, at: float) -> Event:
         """An event that succeeds at exactly time ``at`` (>= now), NORMAL priority."""
@@ -29,7 +52,10 @@ class Environment(simpy.Environment):
         event = Event(self)
         event._ok = True
         event._value = None
-        heappush(self._queue, (at, NORMAL, next(self._eid), event))
+        if at <= self.limit:
+            heappush(self._queue, (at, NORMAL, next(self._eid), event))
+        else:
+            self._beyond(at)
         return event
 
 

@@ -27,6 +27,8 @@ every pool it wants to change (pools left out keep their target) and, optionally
 to its next tick (``Decision(targets, next_tick_s)``; default ``interval_s``).
 
 Part of :mod:`simkit.cluster`: simpy for the tick loop only; the policies are plain classes.
+It is one module, over 600 lines, because the built-in policies, the process and the
+snapshot types they share are the documented planner protocol (``simkit.planner``).
 """
 
 from __future__ import annotations
@@ -62,6 +64,9 @@ IDLE_TICKS = 100
 MIN_TICK_S = 1e-3
 #: the most workers a pool takes (PoolSpec's limit on workers and max_workers)
 MAX_POOL_WORKERS = 10_000
+#: the most ticks a run's planner makes (about 30 s of wall time and 200 MB of samples): past
+#: it the run stops (a workload spanning too many intervals, a policy asking for tiny ticks)
+MAX_TICKS = 1_000_000
 
 
 @frozen
@@ -179,9 +184,12 @@ class ThresholdPolicy:
     """Per pool: busy if the mean KV usage of its active workers exceeds ``scale_up_kv_usage``
     or (prompt pools: aggregated, prefill) the prompt tokens waiting per active worker (router
     queue + workers) exceed ``scale_up_queued_prefill_tokens``, or it has no active worker while
-    requests wait for it; then target + ``step``. Idle if usage is below
-    ``scale_down_kv_usage`` and (prompt pools) the waiting prompt tokens per active worker are
-    below ``scale_down_queued_prefill_tokens``; then target - ``step``. Otherwise hold."""
+    requests wait for it; then target + ``step``, unless a worker of the pool is still starting:
+    that scale-up already answers the signal, which persists until the worker is up (without
+    this, a pool whose startups take several ticks started ``step`` workers at every one of
+    them: 20 workers for 4 requests). Idle if usage is below ``scale_down_kv_usage`` and
+    (prompt pools) the waiting prompt tokens per active worker are below
+    ``scale_down_queued_prefill_tokens``; then target - ``step``. Otherwise hold."""
 
     def __init__(self, spec: ThresholdPlanner) -> None:
         self.spec = spec
@@ -195,7 +203,8 @@ class ThresholdPolicy:
             kv = pool.kv_usage
             if (pool.active == 0 and _needs_a_worker(pool)) or kv > s.scale_up_kv_usage or (
                     prompt_pool and per_worker > s.scale_up_queued_prefill_tokens):
-                targets[name] = pool.target + s.step
+                if not pool.starting:  # a scale-up in flight counts: wait for it
+                    targets[name] = pool.target + s.step
             elif kv < s.scale_down_kv_usage and (not prompt_pool or per_worker < s.scale_down_queued_prefill_tokens):
                 targets[name] = max(pool.target - s.step, 1 if _needs_a_worker(pool) else 0)
         return Decision(targets)
@@ -418,6 +427,7 @@ class Planner:
         self._last_at = 0.0
         self._lookup = (0, 0)
         self._idle = 0
+        self.ticks = 0
 
     def start(self) -> simpy.Process:
         return self.env.process(self.run())
@@ -434,6 +444,12 @@ class Planner:
         while True:
             yield env.timeout(delay)
             yield PassBoundary(env, PLANNER_RANK)
+            self.ticks += 1
+            if self.ticks > MAX_TICKS:
+                left = self.collector.remaining
+                raise Stuck(f"the planner ticked {MAX_TICKS:,} times (t={env.now:.6f} s, interval_s "
+                            f"{self.spec.interval_s:g} s) with {'some' if left is None else left} request(s) not "
+                            "ended: more than a run allows; raise planner.interval_s")
             snap = self.observe()
             try:
                 decision = self.policy.plan(snap)

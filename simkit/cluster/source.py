@@ -154,6 +154,30 @@ class Source:
         yield from sorted((self.live[rid] for rid in self.pending), key=lambda r: r.rid)
         yield from self.stream
 
+    def describe_unreleased(self) -> Optional[str]:
+        """Why the requests not released yet wait, for a stuck run's diagnostic (None: every
+        request was released): for a closed-loop slot, or for requests that have not ended,
+        naming a dependency across sessions that no slot can free (a deadlock)."""
+        if self.stream is not None:
+            n = len(self.pending)
+            return f"{n} request(s) read but not released: they wait for requests that have not ended" if n else None
+        waiting = [r for r in self.by_rid if not self.was_released[r.rid]]
+        if not waiting:
+            return None
+        parts = []
+        queued: set = set(self.pending_sessions) if self.max_in_flight is not None else set()
+        for_slot = [r for r in waiting if queued and self.session_of[r.rid] in queued]
+        on_deps = [r for r in waiting if r not in for_slot and self.waiting_on[r.rid]]
+        if for_slot:
+            across = any(self.session_of[d] in queued for r in on_deps for d in r.deps)
+            parts.append(f"{len(for_slot)} wait for a closed-loop slot (max_in_flight {self.max_in_flight}, every "
+                         "slot held by a session not ended" + (": those sessions wait for requests of sessions "
+                                                                "still waiting for a slot, a dependency across "
+                                                                "sessions that no slot frees" if across else "") + ")")
+        if on_deps:
+            parts.append(f"{len(on_deps)} wait for requests that have not ended")
+        return f"{len(waiting)} request(s) not released: " + "; ".join(parts) if parts else None
+
     def _start_sessions(self) -> None:
         while self.free_slots and self.pending_sessions:
             index = self.pending_sessions.popleft()

@@ -14,6 +14,10 @@ whose boundaries fall on the same instant form their batches in worker order (``
 prefill pool first, then decode, each by index), as the reference drives idle workers in index
 order; so passes that end together are applied in that order too.
 
+Kept as one module: the serve loop, its fast-forwarded decode runs (laid out, cut by a message,
+settled when read mid-run) and the KV events of its passes share the worker's pass state, and
+a change to one must be checked against the others (tests/test_fast_forward.py).
+
 Part of :mod:`simkit.cluster`: imports simpy, the engine's scheduler and latency model, probe.
 """
 
@@ -459,7 +463,10 @@ class Worker:
                 if pending_reserve:
                     self._answer_reservations()
                 self.reserve_credit = 0
+            kv_before = sched.kv.used_blocks
             batch = sched.schedule()
+            if self.on_pass_end is not None and sched.kv.used_blocks < kv_before:
+                self.on_pass_end()  # a preemption freed KV: a request held for KV room may go
             if batch is None:
                 deferring = False
                 if self.deferred:

@@ -16,6 +16,11 @@ def _between(start: Optional[float], end: Optional[float]) -> Optional[float]:
     return None if start is None or end is None else end - start
 
 
+#: stop reasons of a run that went wrong: its results are partial and the CLI exits 1 (130
+#: when interrupted)
+ABNORMAL_STOPS = frozenset({"stuck", "check_failed", "policy_error", "time_limit", "interrupted"})
+
+
 @frozen(slots=True)
 class RequestRecord:
     """What happened to one request.
@@ -161,8 +166,11 @@ class RunRecords:
         stop_reason: why the run ended: ``completed`` (every request ended), ``time_cap``
             (``max_sim_time_s``), ``stuck`` (the liveness guard fired or nothing could move),
             ``policy_error`` (a user router or planner policy raised or broke its protocol),
-            ``interrupted`` (Ctrl-C) or ``check_failed`` (an invariant broke under ``--check``).
-        stop_detail: the diagnostic for the last three.
+            ``interrupted`` (Ctrl-C), ``check_failed`` (an invariant broke under ``--check``) or
+            ``time_limit`` (what was left to happen lay beyond the clock's limit,
+            :data:`simkit.core.units.MAX_SIM_TIME_S`). :data:`ABNORMAL_STOPS` are the reasons
+            whose results are partial.
+        stop_detail: the diagnostic of an abnormal stop.
         pass_log: every forward pass (:class:`PassRecord`, by worker then time), when asked for.
         gpu_seconds: provisioned GPU time per pool name (worker-seconds x GPUs per worker).
         worker_counts: with a planner, every change of each pool's workers by state

@@ -28,6 +28,8 @@ from importlib import resources
 from typing import Optional
 from attrs import frozen
 
+from simkit.core.files import open_regular
+
 __all__ = ["ModelArch", "GpuSpec", "Calibration", "PRECISION_BYTES", "HardwareError",
            "load_model", "load_gpu", "load_calibration", "model_names", "gpu_names",
            "weights_bytes", "arch_from_config", "kv_shard_fraction", "kv_capacity_blocks", "PassTable", "load_pass_table",
@@ -180,13 +182,20 @@ def arch_from_config(cfg: dict, name: str) -> ModelArch:
         if value is None:
             continue
         least = 1 if key in sizes else 0
-        if not isinstance(value, int) or isinstance(value, bool) or value < least:
-            raise HardwareError(f"{name}: config.json field {key} must be an integer >= {least}, "
-                                f"got {value!r}")
+        # at most 2^40: beyond it the roofline's float arithmetic overflows
+        if not isinstance(value, int) or isinstance(value, bool) or not least <= value <= 1 << 40:
+            raise HardwareError(f"{name}: config.json field {key} must be an integer from {least} to {1 << 40}, "
+                                f"got {repr(value)[:40]}")
     h, nh = cfg["hidden_size"], cfg["num_attention_heads"]
     layers = cfg["num_hidden_layers"]
     experts = _get(cfg, "num_experts", "n_routed_experts", "num_local_experts", default=0) or 0
+    per_token = _get(cfg, "num_experts_per_tok", "experts_per_token", default=0) if experts else 0
+    if per_token > experts:
+        raise HardwareError(f"{name}: config.json gives {per_token} experts per token (num_experts_per_tok) but "
+                            f"only {experts} experts")
     layer_types = cfg.get("layer_types") or []
+    if not isinstance(layer_types, list):
+        raise HardwareError(f"{name}: config.json field layer_types must be a list, got {repr(layer_types)[:40]}")
     dense = 0
     if experts:
         dense = _get(cfg, "first_k_dense_replace", default=0)
@@ -202,7 +211,7 @@ def arch_from_config(cfg: dict, name: str) -> ModelArch:
         vocab_size=cfg["vocab_size"],
         tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
         num_experts=experts,
-        experts_per_token=_get(cfg, "num_experts_per_tok", "experts_per_token", default=0) if experts else 0,
+        experts_per_token=per_token,
         moe_intermediate_size=_get(cfg, "moe_intermediate_size", "intermediate_size", default=0) if experts else 0,
         num_shared_experts=_get(cfg, "n_shared_experts", default=0) if experts else 0,
         max_position_embeddings=_get(cfg, "max_position_embeddings", default=0) or 0,
@@ -217,26 +226,39 @@ def arch_from_config(cfg: dict, name: str) -> ModelArch:
     )
 
 
-@lru_cache(maxsize=64)
 def load_model(name_or_path: str) -> ModelArch:
-    """A shipped model by name (case-insensitive) or a config.json by path.
+    """A shipped model by name (case-insensitive) or a config.json by path (read again when
+    the file changes: its size and modification time are part of the cache key).
 
     Raises:
-        HardwareError: unknown name (the message lists the known names), unreadable or
-            incomplete file.
+        HardwareError: unknown name (the message lists the known names), unreadable (a FIFO or
+            device is never read) or incomplete file.
     """
+    stamp = None
+    if name_or_path.lower() not in _model_files():
+        try:
+            st = os.stat(name_or_path)
+            stamp = (st.st_size, st.st_mtime_ns, st.st_ino)
+        except (OSError, ValueError):
+            pass  # _load_model says why
+    return _load_model(name_or_path, stamp)
+
+
+@lru_cache(maxsize=64)
+def _load_model(name_or_path: str, _stamp) -> ModelArch:
     key = name_or_path.lower()
     files = _model_files()
     if key in files:
         name = files[key]
         text = (_data_dir() / "models" / f"{name}.json").read_text()
-    elif name_or_path.endswith(".json") or os.sep in name_or_path:
+    elif name_or_path.endswith(".json") or "/" in name_or_path or os.sep in name_or_path:
         name = os.path.basename(name_or_path)
         try:
-            with open(name_or_path, encoding="utf-8") as f:
+            with open_regular(name_or_path) as f:
                 text = f.read()
-        except OSError as exc:
-            raise HardwareError(f"cannot read model config {name_or_path}: {exc.strerror}") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise HardwareError(f"cannot read model config {name_or_path}: {reason}") from None
     else:
         raise HardwareError(f"unknown model {name_or_path!r} (expected one of: "
                             f"{', '.join(model_names())}, or a path to a config.json)")
@@ -244,6 +266,8 @@ def load_model(name_or_path: str) -> ModelArch:
         cfg = json.loads(text)
     except ValueError as exc:
         raise HardwareError(f"{name_or_path}: not JSON: {exc}") from None
+    except RecursionError:
+        raise HardwareError(f"{name_or_path}: JSON nested too deeply; expected a model config.json") from None
     if not isinstance(cfg, dict):
         raise HardwareError(f"{name_or_path}: expected a JSON object")
     return arch_from_config(cfg, name)
@@ -448,10 +472,11 @@ def load_pass_table(path: str) -> PassTable:
 
     want = ["prefill_tokens", "decode_requests", "decode_context_tokens", "pass_ms"]
     try:
-        with open(path, newline="", encoding="utf-8-sig") as f:
+        with open_regular(path, encoding="utf-8-sig", newline="") as f:
             rows = list(csv.reader(f))
-    except OSError as exc:
-        raise HardwareError(f"cannot read pass table {path}: {exc.strerror}") from None
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise HardwareError(f"cannot read pass table {path}: {reason}") from None
     if not rows or [c.strip() for c in rows[0]] != want:
         raise HardwareError(f"{path}:1: expected the header {','.join(want)}")
     prefill: dict[int, float] = {}

@@ -22,7 +22,7 @@ import tempfile
 from typing import Optional
 
 from simkit.spec import Scenario, dump_scenario
-from simkit.core.records import RunRecords
+from simkit.core.records import PoolSample, RunRecords, WorkerCount
 from simkit.output.report import ROW_INT_COLUMNS, iter_request_rows
 from simkit.output.spool import arrow_schema
 
@@ -78,20 +78,18 @@ def _write_rows(records: RunRecords, scenario_text: str, jsonl_path: str, parque
     return digest.hexdigest()
 
 
-def _write_csv(path: str, rows) -> None:
-    """Frozen attrs rows as a CSV table (header: the field names; None as an empty cell)."""
+def _write_csv(path: str, rows, row_class: type) -> None:
+    """Frozen attrs rows of ``row_class`` as a CSV table (header: its field names, also when
+    there is no row; None as an empty cell)."""
     import csv
 
     import attrs
 
     with open(path, "w", encoding="utf-8", newline="") as f:
-        writer = None
+        writer = csv.DictWriter(f, fieldnames=[a.name for a in attrs.fields(row_class)])
+        writer.writeheader()
         for row in rows:
-            data = attrs.asdict(row)
-            if writer is None:
-                writer = csv.DictWriter(f, fieldnames=list(data))
-                writer.writeheader()
-            writer.writerow(data)
+            writer.writerow(attrs.asdict(row))
 
 
 def chrome_trace(records: RunRecords) -> dict:
@@ -124,8 +122,12 @@ def chrome_trace(records: RunRecords) -> dict:
 
 def sibling_tmp_dir(out_dir: str, prefix: str = ".simkit-") -> str:
     """A new empty folder beside ``out_dir`` (same file system, so :func:`move_into_place`
-    is a rename), with the permissions of an ordinary folder (mkdtemp makes 0700)."""
-    parent = os.path.dirname(os.path.abspath(out_dir))
+    is a rename), with the permissions of an ordinary folder (mkdtemp makes 0700).
+
+    Raises:
+        OSError: the parent cannot be created or written.
+    """
+    parent = os.path.dirname(os.path.realpath(out_dir))
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=prefix, dir=parent)
     umask = os.umask(0)
@@ -134,30 +136,192 @@ def sibling_tmp_dir(out_dir: str, prefix: str = ".simkit-") -> str:
     return tmp
 
 
-def move_into_place(tmp: str, out_dir: str) -> None:
-    """Rename the finished folder ``tmp`` to ``out_dir``, replacing a folder or file there."""
-    if os.path.isdir(out_dir):
-        old = out_dir + ".old-" + os.path.basename(tmp)
-        os.rename(out_dir, old)
-        os.rename(tmp, out_dir)
+#: the file by which a run claims its output folder while it runs (removed with the folder's
+#: old content when the results move in, or when the run ends without results)
+CLAIM = ".simkit-claim"
+
+
+class FolderClaimed(OSError):
+    """Another live simkit process writes into this output folder."""
+
+
+def _claim_owner(folder: str) -> Optional[tuple[int, str]]:
+    """``(pid, host)`` of the claim in ``folder`` (None: no claim, or an unreadable one)."""
+    try:
+        with open(os.path.join(folder, CLAIM), encoding="utf-8") as f:
+            pid, _, host = f.read().strip().partition(" ")
+        return int(pid), host
+    except (OSError, ValueError):
+        return None
+
+
+def _alive(pid: int, host: str) -> bool:
+    """Whether the claiming process still runs (a claim from another host counts as alive)."""
+    if host != platform.node():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):
+        return pid > 0
+    return True
+
+
+def live_claim(folder: str) -> Optional[tuple[int, str]]:
+    """``(pid, host)`` of another live process claiming ``folder``, or None."""
+    owner = _claim_owner(folder)
+    if owner is None or owner == (os.getpid(), platform.node()) or not _alive(*owner):
+        return None
+    return owner
+
+
+def folder_content(folder: str) -> list[str]:
+    """What ``folder`` holds, a stale or own claim aside (its results, if any)."""
+    names = os.listdir(folder)
+    if CLAIM in names and live_claim(folder) is None:
+        names.remove(CLAIM)
+    return names
+
+
+class Claim:
+    """This process's claim on an output folder (see :func:`claim_folder`)."""
+
+    def __init__(self, folder: str, created: bool) -> None:
+        self.folder = folder
+        self.created = created  #: the folder did not exist before the claim
+
+    def release(self) -> None:
+        """Drop the claim if it is still there (the results replaced the folder otherwise),
+        and the folder itself if the claim created it and it is empty."""
+        if _claim_owner(self.folder) == (os.getpid(), platform.node()):
+            try:
+                os.remove(os.path.join(self.folder, CLAIM))
+            except OSError:
+                pass
+        if self.created:
+            try:
+                os.rmdir(self.folder)  # only when empty
+            except OSError:
+                pass
+
+
+def claim_folder(out_dir: str) -> Claim:
+    """Claim ``out_dir`` for this run, atomically: create it if absent, then its claim file
+    (exclusive create), so that two runs started together with the same folder never both
+    write it. A stale claim (its process gone, on this host) is taken over.
+
+    Raises:
+        FolderClaimed: a live process claims it (``strerror`` names it).
+        OSError: the folder or the claim file cannot be created.
+    """
+    folder = os.path.realpath(out_dir)
+    created = False
+    try:
+        os.mkdir(folder)
+        created = True
+    except FileExistsError:
+        pass
+    except FileNotFoundError:
+        os.makedirs(folder)
+        created = True
+    path = os.path.join(folder, CLAIM)
+    for _ in range(2):
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            owner = live_claim(folder)
+            if owner is not None:
+                raise FolderClaimed(0, f"another simkit run (pid {owner[0]} on {owner[1]}) is writing into it; "
+                                       "choose another --out", out_dir) from None
+            try:
+                os.remove(path)  # stale: its process is gone
+            except FileNotFoundError:
+                pass
+            continue
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(f"{os.getpid()} {platform.node()}\n")
+        return Claim(folder, created)
+    raise FolderClaimed(0, "another simkit run claimed it at the same moment; choose another --out", out_dir)
+
+
+def held_input(out_dir: str, paths) -> Optional[str]:
+    """The first of ``paths`` (files or folders a run reads, the current folder) that the
+    folder ``out_dir`` is or contains: replacing ``out_dir`` would delete it. None when none."""
+    out = os.path.realpath(out_dir)
+    for path in paths:
+        real = os.path.realpath(path)
+        if real == out or real.startswith(out + os.sep):
+            return path
+    return None
+
+
+def beside(out_dir: str, suffix: str) -> str:
+    """A name next to ``out_dir`` that is free: ``OUT.SUFFIX``, else ``OUT.SUFFIX-2``, ..."""
+    base = os.path.realpath(out_dir).rstrip(os.sep) + "." + suffix
+    name, k = base, 2
+    while os.path.lexists(name):
+        name, k = f"{base}-{k}", k + 1
+    return name
+
+
+def move_into_place(tmp: str, out_dir: str, force: bool = True) -> None:
+    """Rename the finished folder ``tmp`` to ``out_dir`` (a symbolic link's target: the link
+    keeps pointing at the results).
+
+    ``out_dir`` absent, empty or holding only this process's (or a stale) claim: replaced at
+    once. Holding anything else: replaced only with ``force`` (its old content is removed
+    once the new one is in place), else :class:`FileExistsError`. A plain file there is
+    replaced only with ``force``.
+
+    Raises:
+        FileExistsError: ``out_dir`` holds results and ``force`` is False (or another process
+            filled it meanwhile).
+        OSError: the rename fails.
+    """
+    target = os.path.realpath(out_dir)
+    if os.path.isdir(target):
+        if folder_content(target) and not force:
+            raise FileExistsError(out_dir)
+        old = beside(target, "old-" + os.path.basename(tmp).lstrip("."))
+        os.rename(target, old)
+        try:
+            os.rename(tmp, target)
+        except OSError:
+            os.rename(old, target)  # put the old content back
+            raise
         shutil.rmtree(old, ignore_errors=True)
-    elif os.path.exists(out_dir):
-        os.remove(out_dir)
-        os.rename(tmp, out_dir)
+    elif os.path.lexists(target):
+        if not force:
+            raise FileExistsError(out_dir)
+        os.remove(target)
+        os.rename(tmp, target)
     else:
-        os.rename(tmp, out_dir)
+        try:
+            os.rename(tmp, target)  # atomic: fails if another process made a folder there meanwhile
+        except OSError as exc:
+            if os.path.isdir(target) and folder_content(target):
+                raise FileExistsError(out_dir) from exc
+            raise
 
 
 def write_run(out_dir: str, scenario: Scenario, records: RunRecords, summary: dict,
-              run_info: dict, figures: Optional[dict] = None, force: bool = False) -> None:
+              run_info: dict, figures: Optional[dict] = None, force: bool = False, keep=()) -> None:
     """Write a run's files to ``out_dir`` atomically (build in a sibling temp folder, rename).
+    ``keep``: paths that must survive (the run's inputs, the current folder): a folder that is
+    or holds one is never replaced.
 
     Raises:
-        FileExistsError: ``out_dir`` exists and is not empty, and ``force`` is False.
+        ValueError: ``out_dir`` is or holds a path of ``keep``.
+        FileExistsError: ``out_dir`` holds results (or a file) and ``force`` is False, checked
+            again when the results move in.
         OSError: the folder cannot be written.
     """
     out_dir = os.path.abspath(out_dir)
-    if os.path.exists(out_dir) and (not os.path.isdir(out_dir) or os.listdir(out_dir)) and not force:
+    kept = held_input(out_dir, keep)
+    if kept is not None:
+        raise ValueError(f"{out_dir}: refusing to replace a folder that holds {kept}")
+    if os.path.exists(out_dir) and (not os.path.isdir(out_dir) or folder_content(out_dir)) and not force:
         raise FileExistsError(out_dir)
     scenario_text = dump_scenario(scenario)
     tmp = sibling_tmp_dir(out_dir)
@@ -171,19 +335,25 @@ def write_run(out_dir: str, scenario: Scenario, records: RunRecords, summary: di
             f.write("\n")
         with open(os.path.join(tmp, "scenario.resolved.yaml"), "w", encoding="utf-8") as f:
             f.write(scenario_text)
+        skipped = {}
+        for name, fig in (figures or {}).items():
+            try:
+                fig.savefig(os.path.join(tmp, f"{name}.png"), dpi=110, metadata={"Software": None})
+            except (ValueError, RuntimeError) as exc:  # a plot that cannot be drawn never costs the results
+                skipped[f"{name}.png"] = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
         info = dict(run_info, python=platform.python_version(), host=platform.node())
+        if skipped:
+            info["plots_not_drawn"] = skipped
         with open(os.path.join(tmp, "run_info.json"), "w", encoding="utf-8") as f:
             json.dump(info, f, indent=2)
             f.write("\n")
         if records.worker_counts is not None:
-            _write_csv(os.path.join(tmp, "workers.csv"), records.worker_counts)
-            _write_csv(os.path.join(tmp, "planner_samples.csv"), records.pool_samples or ())
+            _write_csv(os.path.join(tmp, "workers.csv"), records.worker_counts, WorkerCount)
+            _write_csv(os.path.join(tmp, "planner_samples.csv"), records.pool_samples or (), PoolSample)
         if records.pass_log is not None:
             with open(os.path.join(tmp, "timeline.json"), "w", encoding="utf-8") as f:
                 json.dump(chrome_trace(records), f)
-        for name, fig in (figures or {}).items():
-            fig.savefig(os.path.join(tmp, f"{name}.png"), dpi=110, metadata={"Software": None})
-        move_into_place(tmp, out_dir)
+        move_into_place(tmp, out_dir, force)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

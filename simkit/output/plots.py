@@ -20,6 +20,15 @@ from simkit.core.units import MS_PER_S
 CDF_POINTS = 4000
 
 
+def plain(text) -> str:
+    """User text (a scenario name, a folder, a knob's value) as a plot label shows it
+    literally: control characters escaped (fonts have no glyph for them) and ``$`` escaped
+    (matplotlib reads ``$...$`` as mathtext, and a bad formula fails the whole figure)."""
+    text = str(text)
+    text = "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
+    return text.replace("$", r"\$")
+
+
 def completed_ms(run, column: str) -> np.ndarray:
     """Sorted values (ms) of ``column`` (``ttft_ms``, ``itl_ms``, ``e2e_ms``) over completed
     requests of ``run``: :class:`RunRecords` or a DataFrame of per-request rows."""
@@ -63,7 +72,7 @@ def latency_cdf(runs: Sequence[tuple[str, object]], sla: Optional[SlaSpec] = Non
                 # at most CDF_POINTS steps: the same picture at any print size, and a million
                 # requests do not make a million-vertex path
                 index = np.unique(np.linspace(0, n - 1, min(n, CDF_POINTS)).round().astype(np.int64))
-                ax.step(values[index], (index + 1) / n, where="post", label=name)
+                ax.step(values[index], (index + 1) / n, where="post", label=plain(name))
                 lo, hi = min(lo, values[0]), max(hi, values[-1])
         if bound is not None:
             ax.axvline(bound, color="k", linestyle="--", linewidth=1, label=f"SLA {bound:g} ms")
@@ -269,7 +278,7 @@ def pareto(table, knobs: Sequence[str]):
     else:
         ax.scatter(xs, ys, color="tab:blue")
     for x, y, (_, row) in zip(xs, ys, ok.iterrows()):
-        ax.annotate(", ".join(f"{'.'.join(k.split('.')[-2:])}={row[k]}" for k in knobs), (x, y), fontsize=7,
+        ax.annotate(plain(", ".join(f"{'.'.join(k.split('.')[-2:])}={row[k]}" for k in knobs)), (x, y), fontsize=7,
                     xytext=(4, 4), textcoords="offset points")
     front, best = [], -np.inf
     for x, y in sorted(zip(xs, ys), key=lambda p: (p[0], -p[1])):

@@ -21,6 +21,7 @@ from simkit.spec.cluster import (KvAwareRouter, LeastLoadedRouter, LinkSpec, Pla
 from simkit.spec.convert import Resolve, converter, scenario_from_dict, to_dict
 from simkit.spec.latency import (AicLatency, ConstantLatency, DeploymentLatency, LatencySpec,
                                  PolynomialLatency, RooflineLatency, TableLatency)
+from simkit.spec.paths import path_fields, resolve_paths
 from simkit.spec.loader import MAX_VALUES, dump_scenario, load_scenario, override, parse_overrides, yaml_load
 from simkit.spec.pools import (DEFAULT_NUM_GPU_BLOCKS, SGLANG_CHUNKED_PREFILL_SIZE, SGLANG_CHUNKED_PREFILL_SIZE_LARGE,
                                PoolSpec, PoolsSpec, SglangSpec, TrtllmSpec)
@@ -28,7 +29,8 @@ from simkit.spec.scenario import Scenario
 from simkit.spec.workload import (ArrivalSpec, ConstantArrival, DiurnalArrival, EmpiricalLength, FixedLength,
                                   GammaArrival, LengthSpec, LognormalLength, NormalLength, PiecewiseArrival,
                                   PoissonArrival, PriorityClass, RateSegment, SharedPrefix, SyntheticSessions,
-                                  SyntheticWorkload, TraceWorkload, UniformLength, WorkloadSpec, ZipfLength)
+                                  SyntheticWorkload, TRACE_FORMATS, TraceWorkload, UniformLength, WorkloadSpec,
+                                  ZipfLength)
 
 __all__ = [
     "AicLatency", "ArrivalSpec", "ConfigError", "ConstantArrival", "ConstantLatency",
@@ -39,8 +41,8 @@ __all__ = [
     "PoolSpec", "PoolsSpec", "PriorityClass", "PythonPlanner", "PythonRouter", "RateSegment",
     "Resolve", "ResolveError", "RooflineLatency", "RoundRobinRouter", "RouterQueueSpec",
     "RouterSpec", "Scenario", "SessionAffinityRouter", "SglangSpec", "SharedPrefix", "SlaPlanner",
-    "SlaSpec", "StaticPlanner", "SyntheticSessions", "SyntheticWorkload", "TableLatency",
+    "SlaSpec", "StaticPlanner", "SyntheticSessions", "SyntheticWorkload", "TRACE_FORMATS", "TableLatency",
     "ThresholdPlanner", "TraceWorkload", "TrtllmSpec", "UniformLength", "WorkloadSpec",
     "ZipfLength", "converter", "dump_scenario", "load_scenario", "override", "parse_overrides",
-    "scenario_from_dict", "to_dict", "yaml_load",
+    "path_fields", "resolve_paths", "scenario_from_dict", "to_dict", "yaml_load",
 ]

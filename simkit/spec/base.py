@@ -2,15 +2,17 @@
 the errors field validators and the resolve step raise, and the field validators themselves
 (finite, positive, bounded sizes).
 
-Imports attrs only: no other simkit module.
+Imports attrs and :mod:`simkit.core.units` only.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Optional
 
 import attrs
+
+from simkit.core.units import MAX_SIM_TIME_S
 
 
 class ConfigError(Exception):
@@ -43,8 +45,12 @@ MAX_FLOAT = 1e15
 def _finite(_inst: Any, attribute: attrs.Attribute, value: Any) -> None:
     if value is not None and isinstance(value, float) and not math.isfinite(value):
         raise FieldValueError(attribute.name, f"'{attribute.name}' must be a finite number: {value!r}")
+    # a duration or an offset: the clock's own limit (rates keep their own validators)
+    problem = None if attribute.name.endswith("_per_s") else _time_problem(attribute.name, value)
+    if problem is not None:
+        raise FieldValueError(attribute.name, problem)
     if value is not None and isinstance(value, float) and abs(value) > MAX_FLOAT:
-        raise FieldValueError(attribute.name, f"'{attribute.name}' must be at most {MAX_FLOAT:g}: {value!r}")
+        raise FieldValueError(attribute.name, f"'{attribute.name}' must be at most {sci(MAX_FLOAT)}: {value:g}")
 
 
 def _at_least(limit: float, zero_ok: bool = True):
@@ -75,6 +81,63 @@ def _at_most(limit: int):
             raise FieldValueError(attribute.name, f"'{attribute.name}' must be <= {limit}: {value!r}")
 
     return check
+
+
+#: the largest value of a time-like field, by the unit its name ends with (team rule: units in
+#: names): every simulated time stays within MAX_SIM_TIME_S (float64 resolves 1 us there)
+TIME_UNITS = {"_s": ("s", MAX_SIM_TIME_S), "_ms": ("ms", MAX_SIM_TIME_S * 1e3),
+              "_us": ("us", MAX_SIM_TIME_S * 1e6)}
+#: the smallest positive rate (``*_per_s``): one event in MAX_SIM_TIME_S
+MIN_RATE_PER_S = 1.0 / MAX_SIM_TIME_S
+
+
+def sci(value: float) -> str:
+    """A round limit as messages write it: 1e9, 1e12, 1e-09 -> 1e-9."""
+    mantissa, _, exponent = f"{value:.0e}".partition("e")
+    return f"{mantissa}e{int(exponent)}"
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def time_field_problem(spec: Any, path: str = "") -> Optional[tuple[str, str]]:
+    """The first field of ``spec`` (an attrs instance, walked through nested specs and lists of
+    them) that breaks the clock's rule, as ``(dotted path, message)``, or None. A field is
+    time-like by the unit its name ends with: ``_s``, ``_ms`` or ``_us`` (a duration or an
+    offset: its magnitude at most :data:`TIME_UNITS`), ``_per_s`` (a rate: 0 or at least
+    :data:`MIN_RATE_PER_S`). So every time-like field, present or future, obeys one rule."""
+    for a in attrs.fields(type(spec)):
+        value = getattr(spec, a.name)
+        where = f"{path}.{a.name}" if path else a.name
+        if attrs.has(type(value)):
+            found = time_field_problem(value, where)
+        elif isinstance(value, (list, tuple)):
+            found = next((p for i, v in enumerate(value) if attrs.has(type(v))
+                          for p in [time_field_problem(v, f"{where}[{i}]")] if p), None)
+        else:
+            problem = _time_problem(a.name, value)
+            found = None if problem is None else (where, problem)
+        if found:
+            return found
+    return None
+
+
+def _time_problem(name: str, value: Any) -> Optional[str]:
+    """Why the value of field ``name`` breaks the clock's rule (by the unit its name ends
+    with), or None."""
+    if not _number(value) or not math.isfinite(value):
+        return None
+    if name.endswith("_per_s"):
+        if 0 < value < MIN_RATE_PER_S:
+            return (f"'{name}' must be at least {sci(MIN_RATE_PER_S)} (one per {sci(MAX_SIM_TIME_S)} s, the "
+                    f"longest simulated time): {value:g}")
+        return None
+    unit = next((u for suffix, u in TIME_UNITS.items() if name.endswith(suffix)), None)
+    if unit is not None and abs(value) > unit[1]:
+        return (f"'{name}' must be at most {sci(unit[1])} {unit[0]} (simulated times stay within 1e9 s, about "
+                f"31 years): {value:g}")
+    return None
 
 
 _pos = [_finite, _positive]

@@ -10,6 +10,7 @@ Imports the other spec modules only.
 from __future__ import annotations
 
 import math
+import os
 import re
 from typing import Any, Callable, Literal, Optional
 
@@ -22,6 +23,7 @@ from simkit.spec.base import ConfigError, FieldValueError, ResolveError
 from simkit.spec.cluster import (KV_ROUTER_ALIASES, KvAwareRouter, LeastLoadedRouter, PlannerSpec, PythonPlanner, PythonRouter,
                                  RoundRobinRouter, RouterSpec, SessionAffinityRouter, SlaPlanner,
                                  StaticPlanner, ThresholdPlanner)
+from simkit.spec.paths import resolve_paths
 from simkit.spec.latency import (_LATENCY_ALIASES, AicLatency, ConstantLatency, DeploymentLatency,
                                  LatencySpec, PolynomialLatency, RooflineLatency, TableLatency)
 from simkit.spec.pools import PoolsSpec
@@ -177,7 +179,7 @@ converter.register_unstructure_hook(
 )
 
 
-_FIELD_MARK = re.compile(r"^<<(\w+)>>(.*) @ (\S+)$")
+_FIELD_MARK = re.compile(r"^<<([\w.\[\]]+)>>(.*) @ (\S+)$")
 
 
 def _format_exception(exc: BaseException, type_: Any) -> str:
@@ -213,8 +215,9 @@ Resolve = Callable[[Scenario], Scenario]
 
 
 def scenario_from_dict(data: Any, source: str = "<scenario>", *, resolve: Optional[Resolve]) -> Scenario:
-    """Structure a plain dict (as read from YAML) into a validated :class:`Scenario`, then pass
-    it through ``resolve`` (None: the scenario as written, its hardware-derived defaults unset;
+    """Structure a plain dict (as read from YAML) into a validated :class:`Scenario` (its
+    relative path fields made absolute against the current folder), then pass it through
+    ``resolve`` (None: the scenario as written, its hardware-derived defaults unset;
     :func:`simkit.scenario_from_dict` gives the resolved one).
 
     Raises:
@@ -223,6 +226,8 @@ def scenario_from_dict(data: Any, source: str = "<scenario>", *, resolve: Option
     if not isinstance(data, dict):
         raise ConfigError([f"{source}: expected a mapping at the top level, got {_describe(data)} @ $"])
     try:
+        # relative path fields against the current folder, so a dumped scenario reruns anywhere
+        data = resolve_paths(data, os.getcwd())
         scenario = converter.structure(data, Scenario)
     except RecursionError:
         raise ConfigError([f"{source}: the scenario is nested too deeply @ $"]) from None

@@ -14,8 +14,10 @@ from typing import Any, Optional
 
 import yaml
 
+from simkit.core.files import open_regular
 from simkit.spec.base import ConfigError
 from simkit.spec.convert import Resolve, scenario_from_dict, to_dict
+from simkit.spec.paths import resolve_paths
 from simkit.spec.scenario import Scenario
 
 # ----------------------------------------------------------------------------- YAML 1.2
@@ -159,23 +161,6 @@ def _unalias(node: Any, budget: Optional[list] = None) -> Any:
     return node
 
 
-def _resolve_workload_path(data: dict, base_dir: str) -> None:
-    wl = data.get("workload")
-    if not isinstance(wl, dict):
-        return
-    for node in (wl, wl.get("input_tokens"), wl.get("output_tokens")):
-        if isinstance(node, dict) and isinstance(node.get("path"), str) and node["path"]:
-            node["path"] = os.path.normpath(os.path.join(base_dir, os.path.expanduser(node["path"])))
-    pools = data.get("pools") if isinstance(data.get("pools"), dict) else {}
-    for lat in [data.get("latency")] + [p.get("latency") for p in pools.values() if isinstance(p, dict)]:
-        if not isinstance(lat, dict):
-            continue
-        if isinstance(lat.get("model"), str) and lat["model"].endswith(".json"):
-            lat["model"] = os.path.normpath(os.path.join(base_dir, os.path.expanduser(lat["model"])))
-        if lat.get("kind") == "table" and isinstance(lat.get("path"), str) and lat["path"]:
-            lat["path"] = os.path.normpath(os.path.join(base_dir, os.path.expanduser(lat["path"])))
-
-
 def _default_search_path(data: dict, base_dir: str) -> None:
     """A ``kind: python`` router or planner imports from the scenario file's folder unless it
     says otherwise (written absolute into the resolved scenario)."""
@@ -191,14 +176,16 @@ def load_scenario(path: str, overrides: Optional[list[tuple[str, Any]]] = None, 
     it through ``resolve`` (see :func:`~simkit.spec.convert.scenario_from_dict`;
     :func:`simkit.load_scenario` resolves).
 
-    A relative ``workload.path`` in the file is resolved against the file's folder; one given
-    as an override against the current folder.
+    A relative path field (:mod:`simkit.spec.paths`: a trace, an empirical length, a pass
+    table, a model config, a policy's ``search_path``) in the file is resolved against the
+    file's folder; one given as an override against the current folder.
 
     Raises:
-        ConfigError: unreadable file, YAML syntax error, or invalid fields (one line each).
+        ConfigError: unreadable file (a FIFO or device included: never read), YAML syntax
+            error, or invalid fields (one line each).
     """
     try:
-        with open(path, encoding="utf-8-sig") as f:
+        with open_regular(path, encoding="utf-8-sig") as f:
             text = f.read()
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
@@ -209,20 +196,18 @@ def load_scenario(path: str, overrides: Optional[list[tuple[str, Any]]] = None, 
     if not isinstance(data, dict):
         raise ConfigError([f"{path}: expected a mapping at the top level, got {type(data).__name__} @ $"])
     try:
-        data = _unalias(data)
+        data = resolve_paths(_unalias(data), os.path.dirname(os.path.abspath(path)))  # against its folder
     except RecursionError:
         raise ConfigError([f"{path}: the scenario is nested too deeply @ $"]) from None
     except ValueError as exc:
         raise ConfigError([f"{path}: {exc} @ $"]) from None
     base_dir = os.path.dirname(os.path.abspath(path))
-    _resolve_workload_path(data, base_dir)
     for key, value in overrides or []:
         _set_dotted(data, key, value, source=f"--set {key}")
-        if key == "workload" or (key.startswith("workload.") and key.endswith(".path")) or (
-                key.startswith("workload.") and isinstance(value, dict)):
-            _resolve_workload_path(data, os.getcwd())
-    # after the overrides, so that a policy switched to ``kind: python`` by --set also imports
+    # the overrides' paths against the current folder (scenario_from_dict does it again: the
+    # file's are absolute by now); then a policy switched to ``kind: python`` by --set imports
     # from the scenario's folder
+    data = resolve_paths(data, os.getcwd())
     _default_search_path(data, base_dir)
     try:
         return scenario_from_dict(data, source=path, resolve=resolve)
@@ -264,9 +249,20 @@ def override(scenario: Scenario, changes: dict[str, Any], *, resolve: Optional[R
     data = to_dict(scenario)
     for key, value in changes.items():
         _set_dotted(data, key, value, source=f"override {key}")
-    return scenario_from_dict(data, source="override", resolve=resolve)
+    return scenario_from_dict(data, source="override", resolve=resolve)  # new relative paths: the current folder
+
+
+class _Yaml12Dumper(yaml.SafeDumper):
+    """SafeDumper that quotes every string the YAML 1.2 loader above would read as another
+    type: PyYAML decides by YAML 1.1's rules, so it wrote a name ``1e5`` or ``0o17`` plain,
+    and the resolved scenario then read it back as a number."""
+
+
+_Yaml12Dumper.yaml_implicit_resolvers = {}
+for _tag, _rx, _first in _RESOLVERS:
+    _Yaml12Dumper.add_implicit_resolver(_tag, re.compile(_rx), _first)
 
 
 def dump_scenario(scenario: Scenario) -> str:
     """YAML text of the resolved scenario; ``load_scenario`` on it gives an equal scenario."""
-    return yaml.safe_dump(to_dict(scenario), sort_keys=False, default_flow_style=False)
+    return yaml.dump(to_dict(scenario), Dumper=_Yaml12Dumper, sort_keys=False, default_flow_style=False)

@@ -8,17 +8,25 @@ by the resolve step (:mod:`simkit.engine.resolve`).
 
 from __future__ import annotations
 
+import re
 from typing import Optional
 
 import attrs
 from attrs import field, frozen
 
-from simkit.spec.base import _pos
+from simkit.spec.base import FieldValueError, _pos, time_field_problem
 from simkit.spec.cluster import (LinkSpec, PlannerSpec, RoundRobinRouter, RouterQueueSpec, RouterSpec,
                                  SlaPlanner, SlaSpec)
 from simkit.spec.latency import DeploymentLatency, LatencySpec, PolynomialLatency
 from simkit.spec.pools import PoolsSpec
 from simkit.spec.workload import SyntheticWorkload, WorkloadSpec
+
+
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+#: the most planner ticks a worker may take to start (``startup_time_s`` / ``interval_s``): a
+#: bound a run reaches (a million ticks take about 30 s of wall time)
+MAX_STARTUP_TICKS = 100_000
 
 
 @frozen(kw_only=True)
@@ -41,8 +49,19 @@ class Scenario:
     max_sim_time_s: Optional[float] = field(default=None, validator=_pos)
     #: the autoscaling planner (null: every pool keeps its ``workers`` for the whole run)
     planner: Optional[PlannerSpec] = None
+    #: the SHA-256 of every file a run read (trace, lengths, pass table, model config, policy
+    #: module), by absolute path: a run writes it into its ``scenario.resolved.yaml``, and a
+    #: rerun refuses a file it still names that is missing or changed (null: nothing recorded)
+    inputs: Optional[dict] = None
 
     def __attrs_post_init__(self) -> None:
+        problem = time_field_problem(self)  # every time-like field, by its unit, within the clock's limit
+        if problem is not None:
+            raise FieldValueError(*problem)
+        for path, digest in (self.inputs or {}).items():
+            if not (isinstance(path, str) and isinstance(digest, str) and _SHA256.fullmatch(digest)):
+                raise FieldValueError("inputs", f"'inputs' maps file paths to SHA-256 digests (64 hex digits); "
+                                                f"got {path!r}: {digest!r}"[:200])
         if self.pools.mode == "aggregated" and self.link is not None:
             raise ValueError("'link' applies only to disaggregated pools (prefill + decode)")
         if self.pools.mode == "disaggregated" and self.link is None:
@@ -70,6 +89,14 @@ class Scenario:
                     raise ValueError(f"pools.{name}: startup_time_s, min_workers and max_workers "
                                      f"apply only with a 'planner'")
         else:
+            for name, pool in self.pools.named():
+                ticks = pool.startup_time_s / self.planner.interval_s
+                if ticks > MAX_STARTUP_TICKS:
+                    raise FieldValueError(
+                        f"pools.{name}.startup_time_s",
+                        f"'startup_time_s' ({pool.startup_time_s:g} s) is {ticks:,.0f} planner ticks of interval_s "
+                        f"({self.planner.interval_s:g} s), more than {MAX_STARTUP_TICKS:,} for a worker to start; "
+                        "raise planner.interval_s or lower startup_time_s")
             budget = self.planner.gpu_budget
             need = sum(p.workers * p.gpus_per_worker for _, p in self.pools.named())
             if budget is not None and need > budget:

@@ -7,11 +7,18 @@ Imports :mod:`simkit.spec.base` only.
 
 from __future__ import annotations
 
-from typing import Literal, Optional, Union
+from typing import Literal, Optional, Union, get_args
 
 from attrs import field, frozen
 
+from simkit.core.units import MAX_SIM_TIME_S, MAX_SIM_TIME_TEXT
 from simkit.spec.base import _at_least, _at_most, _count, _finite, _nonneg, _pos, _positive, _rate, _tokens
+
+
+#: a trace file's format (``auto``: detected from its first line)
+TraceFormat = Literal["auto", "mooncake", "agentic", "azure", "csv", "weka", "weka_requests"]
+#: the trace formats simkit reads, for messages and help texts
+TRACE_FORMATS = get_args(TraceFormat)[1:]
 
 
 @frozen
@@ -94,7 +101,7 @@ class EmpiricalLength:
     kind: Literal["empirical"] = "empirical"
     path: str = ""
     field: Literal["input", "output"] = "input"
-    format: Literal["auto", "mooncake", "agentic", "azure", "csv", "weka", "weka_requests"] = "auto"
+    format: TraceFormat = "auto"
 
     def __attrs_post_init__(self) -> None:
         if not self.path:
@@ -228,6 +235,11 @@ class SyntheticWorkload:
             if not self.priorities:
                 raise ValueError("'priorities' must list at least one {value, share}")
             object.__setattr__(self, "priorities", list(self.priorities))
+        span = (self.num_requests - 1) / _mean_rate_per_s(self.arrival)
+        if span > MAX_SIM_TIME_S:
+            raise ValueError(f"{self.num_requests} requests at a mean rate of {_mean_rate_per_s(self.arrival):g}/s "
+                             f"arrive over about {span:.3g} s, beyond {MAX_SIM_TIME_TEXT}; raise the rate or "
+                             "lower num_requests")
 
 
 @frozen
@@ -243,8 +255,11 @@ class TraceWorkload:
     ``weka`` (kv-cache-tester agentic sessions, nested subagents) and ``weka_requests`` (its
     flattened per-request form) are sessions without a common clock: they start together, or
     ``sessions_per_s`` apart, or under ``max_in_flight``.
-    Timestamps are divided by ``arrival_speedup_ratio`` (think times and dependency delays are
-    not). ``trace_block_size`` is the tokens per ``hash_ids`` entry (512 in the public Mooncake
+    Time zero is the earliest timestamp of a request that waits for nothing (a follow-up
+    turn's or a dependent request's timestamp is ignored and never moves it). Timestamps are
+    divided by ``arrival_speedup_ratio`` (think times and dependency delays are not); every
+    resulting time, chains of delays included, must stay within
+    :data:`simkit.core.units.MAX_SIM_TIME_S` (the line that breaks it is refused). ``trace_block_size`` is the tokens per ``hash_ids`` entry (512 in the public Mooncake
     traces). ``max_in_flight`` switches to closed-loop replay: at most that many sessions (a
     request without a session is its own) run at once, each holding its slot from its first
     dispatch to its last completion, think time included; a request's arrival is its dispatch.
@@ -252,7 +267,7 @@ class TraceWorkload:
 
     kind: Literal["trace"] = "trace"
     path: str = ""
-    format: Literal["auto", "mooncake", "agentic", "azure", "csv", "weka", "weka_requests"] = "auto"
+    format: TraceFormat = "auto"
     trace_block_size: int = field(default=512, validator=_tokens)  #: tokens per hash id
     arrival_speedup_ratio: float = field(default=1.0, validator=_pos)
     max_in_flight: Optional[int] = field(default=None, validator=_count)  #: sessions (closed loop)
@@ -268,4 +283,14 @@ class TraceWorkload:
 
 
 WorkloadSpec = Union[SyntheticWorkload, TraceWorkload]
+
+
+def _mean_rate_per_s(arrival: ArrivalSpec) -> float:
+    """The long-run mean arrival rate (requests/s) of an arrival process."""
+    if isinstance(arrival, PiecewiseArrival):
+        segments = arrival.segments
+        return sum(seg.rate_per_s * seg.duration_s for seg in segments) / sum(seg.duration_s for seg in segments)
+    if isinstance(arrival, DiurnalArrival):
+        return arrival.mean_rate_per_s
+    return arrival.rate_per_s
 

@@ -8,11 +8,21 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from typing import Any, Optional
 
-__all__ = ["Row", "TraceError", "hash_ids", "id_field", "int_field", "json_object", "json_type",
-           "number_field", "priority_field", "read_lines"]
+from simkit.core.files import NotRegularFile, open_regular
+from simkit.core.units import MAX_SIM_TIME_MS, MAX_SIM_TIME_S
+from simkit.spec.base import sci
+
+__all__ = ["MAX_LINE_BLOCKS", "MAX_TOKENS", "Row", "TraceError", "duration_field", "foreign_fields", "hash_ids",
+           "id_field", "int_field", "json_object", "json_type", "number_field", "priority_field", "read_lines", "shown"]
+
+#: the most tokens a trace line's length (or block size) may have: the scenario's own token
+#: limit (2^31, ``_tokens`` in simkit.spec.base)
+MAX_TOKENS = 1 << 31
+#: the most prompt blocks a reader may synthesize for one line (``weka_requests`` rebuilds hash
+#: ids from lengths): a bigger prompt would take gigabytes before the run even starts
+MAX_LINE_BLOCKS = 1 << 22
 
 
 class TraceError(Exception):
@@ -41,18 +51,25 @@ def json_type(value: Any) -> str:
     return {dict: "object", list: "array", str: "string"}.get(type(value), "number")
 
 
-def int_field(obj: dict, name: str, minimum: int, path: str, line: int) -> int:
+def shown(value: Any) -> str:
+    """A field's value as a message shows it: its JSON text (``false``, ``{}``), cut short."""
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError, RecursionError):
+        text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def int_field(obj: dict, name: str, minimum: int, path: str, line: int, maximum: int = MAX_TOKENS) -> int:
+    """An integer field in ``[minimum, maximum]`` (a float with an integral value is accepted)."""
+    expected = f"expected an integer from {minimum} to {maximum}"
     if name not in obj:
-        raise TraceError(path, line, f"missing field {name!r} (expected an integer >= {minimum})")
+        raise TraceError(path, line, f"missing field {name!r} ({expected})")
     value = obj[name]
     if isinstance(value, float) and math.isfinite(value) and value.is_integer():
         value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TraceError(path, line, f"field {name!r} is {value!r}; expected an integer >= {minimum}")
-    if value > 1 << 40:
-        raise TraceError(path, line, f"field {name!r} is {value}; expected an integer <= {1 << 40}")
-    if value < minimum:
-        raise TraceError(path, line, f"field {name!r} is {value}; expected an integer >= {minimum}")
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+        raise TraceError(path, line, f"field {name!r} is {shown(value)}; {expected}")
     return value
 
 
@@ -63,15 +80,13 @@ def read_lines(path: str):
     Raises:
         TraceError: a directory, an unreadable or non-UTF-8 file.
     """
-    if os.path.isdir(path):
-        raise TraceError(path, None, "is a directory; expected a trace file")
-    if os.path.exists(path) and not os.path.isfile(path):
-        raise TraceError(path, None, "is not a regular file (a device or a pipe); expected a trace file")
     try:
-        with open(path, encoding="utf-8-sig") as f:
+        with open_regular(path, encoding="utf-8-sig") as f:
             for lineno, text in enumerate(f, start=1):
                 if text.strip():
                     yield lineno, text.strip()
+    except NotRegularFile as exc:
+        raise TraceError(path, None, f"{exc.strerror[0].lower()}{exc.strerror[1:]}; expected a trace file") from None
     except OSError as exc:
         raise TraceError(path, None, f"cannot read trace: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
@@ -91,21 +106,46 @@ def json_object(text: str, path: str, line: int, expected: str) -> dict:
     return obj
 
 
-def number_field(obj: dict, name: str, path: str, line: int, default: Any = ...) -> Optional[float]:
+#: units of time fields, as their messages name them
+_UNIT_NAMES = {"ms": "milliseconds", "s": "seconds"}
+
+
+def number_field(obj: dict, name: str, path: str, line: int, default: Any = ..., unit: str = "ms",
+                 maximum: float = 1e15) -> Optional[float]:
+    """A time field: a number from 0 to ``maximum`` in ``unit`` (``ms`` or ``s``, named in the
+    message). Absolute timestamps may be large (epoch milliseconds): their span, once rebased
+    and scaled, is checked by the reader against :data:`~simkit.core.units.MAX_SIM_TIME_S`."""
+    expected = f"expected {_UNIT_NAMES[unit]} from 0 to {sci(maximum)}"
     if name not in obj or obj[name] is None:
         if default is not ...:
             return default
-        raise TraceError(path, line, f"missing field {name!r} (expected milliseconds >= 0)")
+        raise TraceError(path, line, f"missing field {name!r} ({expected})")
     value = obj[name]
     try:
         ok = (not isinstance(value, bool) and isinstance(value, (int, float))
-              and math.isfinite(float(value)) and 0 <= value <= 1e15)
+              and math.isfinite(float(value)) and 0 <= value <= maximum)
     except OverflowError:
         ok = False
     if not ok:
-        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
-        raise TraceError(path, line, f"field {name!r} is {shown}; expected milliseconds from 0 to 1e15")
+        raise TraceError(path, line, f"field {name!r} is {shown(value)}; {expected}")
     return float(value)
+
+
+def duration_field(obj: dict, name: str, path: str, line: int, unit: str = "ms") -> float:
+    """An optional duration (a delay or think time; 0 when absent) in ``unit``, at most the
+    simulated time limit (:data:`~simkit.core.units.MAX_SIM_TIME_S`)."""
+    limit = MAX_SIM_TIME_MS if unit == "ms" else MAX_SIM_TIME_S
+    return number_field(obj, name, path, line, default=0.0, unit=unit, maximum=limit)
+
+
+def foreign_fields(obj: dict, fields: dict, fmt: str, path: str, line: int) -> None:
+    """Refuse a line carrying a field that means something only in another format (``fields``:
+    name -> that format), which this reader would otherwise drop silently."""
+    for name, other in fields.items():
+        if name in obj:
+            raise TraceError(path, line, f"field {name!r} belongs to the {other} format; this trace is read as "
+                                         f"{fmt} (workload.format, or detected from its first line), which "
+                                         f"would ignore it: set workload.format: {other}, or remove the field")
 
 
 def hash_ids(obj: dict, isl: int, tbs: int, path: str, line: int,
@@ -140,7 +180,9 @@ class Row:
     yields, one per request, in file order.
 
     ``line``: its line number (for errors). ``ts_ms``: arrival (or ready) time in the file's
-    milliseconds, rebased later; ``None`` for a follow-up turn that has none. ``isl``,
+    milliseconds, rebased later; ``None`` when the line gives none (a follow-up turn, or an
+    agentic request without ``first_ready_timestamp_ms``: a request without dependencies then
+    arrives at time zero). ``ts_field``: the name of the time field (for errors). ``isl``,
     ``osl``: prompt and output tokens. ``ids``: its prompt's hash ids (a tuple) or ``None``.
     ``session``: its session's key in the file, or ``None``. Dependencies come one of two ways:
     with a ``key`` (the request's id in the file), it waits for the rows whose keys are in
@@ -150,14 +192,15 @@ class Row:
     """
 
     __slots__ = ("line", "ts_ms", "isl", "osl", "ids", "session", "key", "wait_for", "delay_ms", "tbs",
-                 "priority")
+                 "priority", "ts_field")
 
     def __init__(self, line, ts_ms, isl, osl, ids=None, session=None, key=None, wait_for=(), delay_ms=0.0,
-                 tbs=None, priority=1.0):
+                 tbs=None, priority=1.0, ts_field="timestamp"):
         self.line, self.ts_ms, self.isl, self.osl, self.ids = line, ts_ms, isl, osl, ids
         self.session, self.key, self.wait_for, self.delay_ms = session, key, wait_for, delay_ms
         self.tbs = tbs  #: tokens per hash id when the file says (else the spec's)
         self.priority = priority
+        self.ts_field = ts_field
 
 
 def priority_field(obj: dict, path: str, line: int) -> float:

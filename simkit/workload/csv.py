@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import datetime
 import math
+import re
 
 from simkit.spec import TraceWorkload
-from simkit.workload.common import Row, TraceError, read_lines
+from simkit.workload.common import MAX_TOKENS, Row, TraceError, read_lines, shown
+
+#: an integer cell: ASCII digits only (``str.isdigit`` also accepts superscripts such as ``²``)
+_DIGITS = re.compile(r"[0-9]+")
 
 __all__ = ["azure_rows", "csv_rows"]
 
@@ -61,18 +65,19 @@ def _header_rows(spec: TraceWorkload, azure: bool):
         else:
             try:
                 ts = float(cells[time_col])
-                if not (math.isfinite(ts) and ts >= 0):
+                if not (math.isfinite(ts) and 0 <= ts <= 1e15):
                     raise ValueError
             except ValueError:
-                raise TraceError(path, line, f"arrival_ms {cells[time_col]!r}; expected finite "
-                                             "milliseconds >= 0") from None
+                raise TraceError(path, line, f"arrival_ms is {shown(cells[time_col])}; expected milliseconds "
+                                             "from 0 to 1e15") from None
         lengths = []
         for col, minimum in ((in_col, 1), (out_col, 0)):
             name, value = header[col], cells[col]
-            if not value.isdigit() or int(value) < minimum or int(value) > 1 << 40:
-                raise TraceError(path, line, f"{name} {value!r}; expected an integer >= {minimum}")
+            if not _DIGITS.fullmatch(value) or not minimum <= int(value) <= MAX_TOKENS:
+                raise TraceError(path, line, f"{name} is {shown(value)}; expected an integer from {minimum} "
+                                             f"to {MAX_TOKENS}")
             lengths.append(int(value))
-        yield Row(line, ts, lengths[0], lengths[1])
+        yield Row(line, ts, lengths[0], lengths[1], ts_field=header[time_col])
 
 
 def azure_rows(spec: TraceWorkload):

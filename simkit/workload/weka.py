@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from simkit.core.units import MAX_SIM_TIME_S
 from simkit.spec import TraceWorkload
-from simkit.workload.common import Row, TraceError, hash_ids, id_field, int_field, json_object, json_type, \
-    number_field, read_lines
+from simkit.workload.common import MAX_LINE_BLOCKS, MAX_TOKENS, Row, TraceError, duration_field, hash_ids, \
+    id_field, int_field, json_object, json_type, number_field, read_lines, shown
 
 __all__ = ["weka_request_rows", "weka_rows"]
 
@@ -23,14 +24,19 @@ def weka_rows(spec: TraceWorkload):
     Sessions have no common clock: all start at 0 unless ``sessions_per_s`` staggers them or
     ``max_in_flight`` runs them closed-loop."""
     path = spec.path
+    sessions: dict = {}  # session id -> its line
     for line, text in read_lines(path):
         obj = json_object(text, path, line, "id, block_size, requests")
         sid = id_field(obj, "id", path, line)
-        tbs = obj.get("block_size", 64)
         requests = obj.get("requests")
-        if sid is None or not isinstance(tbs, int) or isinstance(tbs, bool) or tbs < 1 or not isinstance(requests, list):
+        if sid is None or not isinstance(requests, list):
             raise TraceError(path, line, "expected a session object with 'id', an integer 'block_size' and a "
                                          "list 'requests'")
+        if sid in sessions:
+            raise TraceError(path, line, f"session id {shown(sid)} repeats line {sessions[sid]}'s; each line is "
+                                         "one session with its own id")
+        sessions[sid] = line
+        tbs = int_field(obj, "block_size", 1, path, line) if "block_size" in obj else 64
         namespace = (line << 40)  # hash ids are local to each session
         counter = [0]
 
@@ -40,7 +46,7 @@ def weka_rows(spec: TraceWorkload):
             try:
                 isl = int_field(req, "in", 1, path, line)
                 osl = int_field(req, "out", 0, path, line)
-                think = number_field(req, "think_time", path, line, default=0.0)
+                think = duration_field(req, "think_time", path, line, unit="s")
                 ids = hash_ids(req, isl, tbs, path, line, partial_tail=True)
             except TraceError as exc:
                 raise TraceError(path, line, f"{where}: {exc.message}") from None
@@ -49,8 +55,8 @@ def weka_rows(spec: TraceWorkload):
                 if ids is None:
                     raise TraceError(path, line, f"{where}: hash ids must be below 2^40")
             counter[0] += 1
-            return Row(line, 0.0, isl, osl, ids, sid, f"{sid}#{counter[0]}", tuple(wait_for),
-                        think * 1000.0, tbs)
+            # a key no file can spell (ids are unique per line, so no message ever names it)
+            return Row(line, 0.0, isl, osl, ids, sid, (line, counter[0]), tuple(wait_for), think * 1000.0, tbs)
 
         previous: list = []  # what the next main request waits for
         for i, req in enumerate(requests):
@@ -88,18 +94,22 @@ def weka_request_rows(spec: TraceWorkload):
         agent = id_field(obj, "agent", path, line)
         if session is None or agent is None:
             raise TraceError(path, line, "missing field 'session' or 'agent'")
-        t = number_field(obj, "t", path, line)
+        t = number_field(obj, "t", path, line, unit="s", maximum=MAX_SIM_TIME_S)
         isl = int_field(obj, "input_length", 1, path, line)
         osl = int_field(obj, "output_length", 0, path, line)
-        think = number_field(obj, "think_time", path, line, default=0.0)
+        think = duration_field(obj, "think_time", path, line, unit="s")
         tbs = int_field(obj, "block_size", 1, path, line) if "block_size" in obj else 64
-        keep = int_field(obj, "prefix_blocks_prev", 0, path, line) if "prefix_blocks_prev" in obj else 0
+        keep = int_field(obj, "prefix_blocks_prev", 0, path, line, maximum=MAX_TOKENS) \
+            if "prefix_blocks_prev" in obj else 0
         n_blocks = -(-isl // tbs)
+        if n_blocks > MAX_LINE_BLOCKS:
+            raise TraceError(path, line, f"input_length {isl} at block_size {tbs} is {n_blocks} blocks; at most "
+                                         f"{MAX_LINE_BLOCKS} blocks of a prompt are rebuilt (raise block_size)")
         prev = threads.get((session, agent))
         shared = list(prev[1][:min(keep, n_blocks)]) if prev else []
         ids = tuple(shared + list(range(fresh[0], fresh[0] + n_blocks - len(shared))))
         fresh[0] += n_blocks - len(shared)
-        key = f"{session}/{agent}/{line}"
+        key = line  # unique per line (no message names it)
         if prev:
             wait_for = (prev[0],)
         elif agent != "main" and main_by_session.get(session):
