@@ -115,8 +115,9 @@ def routed_cases(draw):
         data["router_queue"] = {"policy": draw(st.sampled_from(["fcfs", "lcfs", "wspt"])), threshold[0]: threshold[1]}
     paired = scenario.mode == "disaggregated" and scenario.pools.decode.backend == "sglang"
     if draw(st.booleans()) and not paired:  # (a planner cannot scale paired sglang pools)
-        data["planner"] = {"kind": draw(st.sampled_from(["static", "threshold"])),
+        data["planner"] = {"kind": draw(st.sampled_from(["static", "threshold", "sla"])),
                            "interval_s": draw(st.sampled_from([0.05, 0.3]))}
+        data["sla"] = {"ttft_ms": 400.0, "itl_ms": 60.0}
     if scenario.mode == "disaggregated":
         sharing = draw(st.sampled_from(["channels", "uncontended"]))
         data["link"] = {"sharing": sharing, "channels": 1 if sharing == "uncontended" else scenario.link.channels,
