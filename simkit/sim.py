@@ -230,7 +230,7 @@ class Simulation:
                 # ranks order same-instant pass boundaries: pools as above, then by index
                 worker = Worker(env, name, wid, name, spec, latency, probe, handoff=sink,
                                 rank=index * RANK_STRIDE + wid, fast_forward=fast_forward,
-                                horizon=self.time_limit, record_passes=record_passes)
+                                horizon=self.time_limit, record_passes=record_passes, seed=scenario.seed)
                 if entry:
                     worker.on_pass_end = self._pass_end_hook
                     if self._kv_listener is not None:

@@ -36,7 +36,7 @@ class _Live:
     __slots__ = ("input_length", "output_length", "arrived_at", "dispatched_at", "first_admitted_at",
                  "first_token_at", "second_token_at", "last_token_at", "n_tokens", "prefilled_at",
                  "handed_off_at", "decode_admitted_at", "cached_tokens", "prefill_worker", "decode_worker",
-                 "times", "priority")
+                 "times", "priority", "verify_rounds", "accepted_drafts")
 
     def __init__(self, request: Request, at: float, times: Optional[array]) -> None:
         self.input_length = request.input_length
@@ -50,6 +50,7 @@ class _Live:
         self.cached_tokens = 0
         self.times = times
         self.priority = request.priority
+        self.verify_rounds = self.accepted_drafts = 0
 
     def record(self, rid: int, status: str, finished_at: Optional[float]) -> RequestRecord:
         return RequestRecord(
@@ -60,7 +61,8 @@ class _Live:
             last_token_at=self.last_token_at, finished_at=finished_at, prefilled_at=self.prefilled_at,
             handed_off_at=self.handed_off_at, decode_admitted_at=self.decode_admitted_at,
             cached_tokens=self.cached_tokens, prefill_worker=self.prefill_worker,
-            decode_worker=self.decode_worker, priority=self.priority)
+            decode_worker=self.decode_worker, priority=self.priority, verify_rounds=self.verify_rounds,
+            accepted_drafts=self.accepted_drafts)
 
 
 def not_arrived_record(request: Request) -> RequestRecord:
@@ -107,6 +109,8 @@ class Collector:
         #: arrived, the TTFTs of first tokens (s), and per completion its ITL (s; None below 2
         #: tokens)
         self.recent: Optional[tuple[list, list, list]] = None
+        #: speculative decoding's counts over the requests that ended (None: none speculated)
+        self.speculation: Optional[dict] = None
         self.all_done = env.event()
         if expected == 0:
             self.all_done.succeed()
@@ -220,6 +224,21 @@ class Collector:
     def handed_off(self, rid: int, at: float) -> None:
         self.live[rid].handed_off_at = at
 
+    def speculated(self, rid: int, rounds: int, accepted: int, tokens: int, by_position, tried) -> None:
+        st = self.live[rid]
+        st.verify_rounds = rounds
+        st.accepted_drafts = accepted
+        agg = self.speculation
+        if agg is None:
+            agg = self.speculation = {"rounds": 0, "accepted": 0, "tokens": 0,
+                                      "by_position": [0] * len(by_position), "tried": [0] * len(tried)}
+        agg["rounds"] += rounds
+        agg["accepted"] += accepted
+        agg["tokens"] += tokens
+        for i, (a, t) in enumerate(zip(by_position, tried)):
+            agg["by_position"][i] += a
+            agg["tried"][i] += t
+
     def released(self, rid: int, at: float) -> None:
         for listener in self.release_listeners:
             listener(rid)
@@ -275,5 +294,6 @@ class Collector:
             token_times=token_times,
             stop_reason=stop_reason,
             stop_detail=stop_detail,
+            speculation=self.speculation,
             **extra,
         )

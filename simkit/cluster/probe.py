@@ -41,6 +41,11 @@ class Probe(Protocol):
     def released(self, rid: int, at: float) -> None:
         """The prefill worker of ``rid`` freed its prompt KV: the decode side took it over."""
 
+    def speculated(self, rid: int, rounds: int, accepted: int, tokens: int, by_position: Sequence[int],
+                   tried: Sequence[int]) -> None:
+        """``rid`` (about to end) ran ``rounds`` verify rounds that accepted ``accepted`` draft
+        tokens and emitted ``tokens``; per draft position, accepted and tried counts."""
+
     def finished(self, rid: int, at: float, status: str) -> None:
         """``rid`` ended: ``completed`` or ``rejected``."""
 
@@ -56,4 +61,5 @@ class NullProbe:
     def prefilled(self, rid, at): pass
     def handed_off(self, rid, at): pass
     def released(self, rid, at): pass
+    def speculated(self, rid, rounds, accepted, tokens, by_position, tried): pass
     def finished(self, rid, at, status): pass

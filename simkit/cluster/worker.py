@@ -109,7 +109,7 @@ class Worker:
     def __init__(self, env: simpy.Environment, pool: str, wid: int, role: str, spec: PoolSpec,
                  latency: LatencyModel, probe: Probe, handoff: Optional[HandoffSink] = None,
                  rank: int = 0, fast_forward: bool = True, horizon: Optional[float] = None,
-                 record_passes: bool = False) -> None:
+                 record_passes: bool = False, seed: int = 0) -> None:
         if role == "prefill" and handoff is None:
             raise ValueError("a prefill worker needs a handoff sink")
         self.env = env
@@ -119,7 +119,7 @@ class Worker:
         self.latency = latency
         self.probe = probe
         self.handoff = handoff
-        self.sched = make_scheduler(spec, role)
+        self.sched = make_scheduler(spec, role, seed, pool)
         self.inbox = Inbox(env)
         self.rank = rank  #: tie-break order of same-instant pass boundaries
         #: run repeated pure-decode passes as one timeout (exactly equal results; see serve)
@@ -523,6 +523,9 @@ class Worker:
             if emitted:
                 probe.tokens([s.rid for s in emitted], now)
             for seq in finished:
+                st = seq.spec
+                if st is not None and st.rounds:
+                    probe.speculated(seq.rid, st.rounds, st.accepted, st.tokens, st.by_position, st.tried)
                 probe.finished(seq.rid, now, COMPLETED)
             block_size = sched.block_size
             for seq in prefilled:

@@ -50,6 +50,15 @@ class RequestRecord:
     prefill_worker: Optional[int]
     decode_worker: Optional[int]
     priority: float = 1.0
+    #: speculative decoding: its verify rounds and the draft tokens they accepted (0 without)
+    verify_rounds: int = 0
+    accepted_drafts: int = 0
+
+    @property
+    def accept_length(self) -> Optional[float]:
+        """Mean tokens per verify round before cutting to the output left: 1 + accepted
+        drafts / rounds (None without rounds; prefill passes are not rounds)."""
+        return 1.0 + self.accepted_drafts / self.verify_rounds if self.verify_rounds else None
 
     @property
     def ttft_s(self) -> Optional[float]:
@@ -191,3 +200,7 @@ class RunRecords:
     gpu_seconds: Optional[dict] = None
     worker_counts: Optional[tuple] = None
     pool_samples: Optional[tuple] = None
+    #: speculative decoding over the run's completed requests (None without): ``rounds``,
+    #: ``accepted`` drafts, ``tokens`` the rounds emitted (cut to the output left), and per
+    #: draft position ``by_position`` (accepted) and ``tried``
+    speculation: Optional[dict] = None

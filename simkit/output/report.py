@@ -55,11 +55,13 @@ def request_row(r) -> dict[str, Any]:
         "prefill_worker": r.prefill_worker,
         "decode_worker": r.decode_worker,
         "priority": r.priority,
+        "verify_rounds": r.verify_rounds,
+        "accept_length": r.accept_length,
     }
 
 
 #: the column types of request rows (JSON null = a missing value): ints, floats (ms) and status
-ROW_INT_COLUMNS = ("id", "input_length", "output_length", "requested_output_length", "cached_tokens",
+ROW_INT_COLUMNS = ("id", "input_length", "output_length", "requested_output_length", "cached_tokens", "verify_rounds",
                    "prefill_worker", "decode_worker")
 
 
@@ -129,6 +131,20 @@ def _gap(cols: dict, start: str, end: str, rows: np.ndarray) -> np.ndarray:
     return gap[~np.isnan(gap)]
 
 
+def _speculation(counts: Optional[dict]) -> Optional[dict]:
+    """The summary's ``speculative`` section (None without verify rounds): ``accept_length``
+    (mean tokens per verify round before cutting to the output left: 1 + accepted drafts /
+    rounds, counted over decode passes only), ``tokens_per_round`` (after the cut), per draft
+    position ``acceptance_by_position`` (accepted / tried, draft i tried when drafts before it
+    were accepted), and ``verify_rounds``."""
+    if not counts or not counts["rounds"]:
+        return None
+    rounds = counts["rounds"]
+    return {"verify_rounds": rounds, "accept_length": 1.0 + counts["accepted"] / rounds,
+            "tokens_per_round": counts["tokens"] / rounds,
+            "acceptance_by_position": [a / t if t else None for a, t in zip(counts["by_position"], counts["tried"])]}
+
+
 def summarize(records: RunRecords, sla: Optional[SlaSpec] = None) -> dict[str, Any]:
     """A JSON-ready summary of ``records``.
 
@@ -196,6 +212,7 @@ def summarize(records: RunRecords, sla: Optional[SlaSpec] = None) -> dict[str, A
                                    if records.prompt_lookup_tokens else 0.0),
         "prefix_cache_hit_tokens": records.prompt_hit_tokens,
         "passes": dict(records.passes),
+        "speculative": _speculation(records.speculation),
         "stop": {"reason": records.stop_reason, "detail": records.stop_detail,
                  "incomplete": counts["incomplete"] > 0 or records.stop_reason != "completed"},
     }

@@ -146,6 +146,13 @@ def _describe(value: Any) -> str:
     return repr(value)[:80]
 
 
+def _float_tuple(value: Any, _type: Any) -> tuple:
+    """A list of numbers (a string such as Dynamo's ``"0.85,0.3"`` is not one)."""
+    if not isinstance(value, (list, tuple)):
+        raise TypeError(f"expected a list of numbers such as [0.85, 0.3], got {_describe(value)}")
+    return tuple(converter.structure(v, float) for v in value)
+
+
 def _make_converter() -> cattrs.Converter:
     conv = cattrs.Converter(forbid_extra_keys=True)
     conv.register_structure_hook(int, _strict(int, "an integer"))
@@ -162,6 +169,7 @@ def _make_converter() -> cattrs.Converter:
 #: The one strict converter: no extra keys, no silent coercion, ``kind``-tagged unions.
 converter = _make_converter()
 converter.register_structure_hook_factory(attrs.has, _mapping_factory)
+converter.register_structure_hook_func(lambda t: t == tuple[float, ...], _float_tuple)
 for _union, _kinds in _UNIONS.items():
     converter.register_structure_hook(_union, _kind_hook(_kinds))
 for _union in (LatencySpec, PlannerSpec):  # optional kind-tagged fields: null or a tagged mapping

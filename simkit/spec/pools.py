@@ -12,7 +12,7 @@ from typing import Literal, Optional
 
 from attrs import field, frozen
 
-from simkit.spec.base import _at_most, _count, _non_negative, _nonneg, _pos, _positive, _tokens
+from simkit.spec.base import FieldValueError, _at_most, _count, _non_negative, _nonneg, _pos, _positive, _tokens
 from simkit.spec.latency import LatencySpec
 
 #: KV blocks per worker when a pool leaves ``num_gpu_blocks`` unset and the latency model does
@@ -95,6 +95,80 @@ class TrtllmSpec:
 
 
 @frozen
+class SpeculativeSpec:
+    """Speculative decoding (``pools.<pool>.speculative``): each decode pass of a request is a
+    verify round of ``num_speculative_tokens`` = k draft tokens. Draft i is accepted with
+    probability ``acceptance_rates[i]`` given that drafts 1..i-1 were (conditional, as Dynamo's
+    ``aic_nextn_accept_rates``); the round emits 1 + the accepted drafts, cut to the output
+    left. The expected tokens per round are 1 + a1 + a1 a2 + ... + a1...ak.
+
+    ``sampling: sampled`` draws each round from the request's own named random stream (seeded
+    by ``seed``, null: the scenario's seed and the pool's name), so a request's rounds do not
+    depend on what else runs and runs replay exactly; ``expected`` emits the expected count
+    with a fractional carry, no randomness (for sweeps that must not be noisy, or to compare
+    acceptance vectors without sampling error).
+
+    A round needs KV room for prompt + generated + min(k + 1, output left) tokens; the slots of
+    rejected drafts are freed after it. The draft's cost is the ``method``'s: ``mtp`` (one MTP
+    head layer per draft step, DeepSeek-V3's multi-token prediction), ``eagle`` (one draft
+    decoder layer per step), ``draft_model`` (``draft_model``, a model name or config.json: its
+    whole passes, k per round, and its prefill of each prompt), ``ngram`` (prompt lookup: no
+    draft compute). Only a roofline latency model prices it; the polynomial, constant and table
+    models price a round as a plain decode step over the accepted context, as the reference
+    does (measured on ai-dynamo-runtime 1.6.1).
+
+    The reference's own ways, as named options (``scenarios`` comparing with it set them):
+    ``verify_in_prefill`` (its vLLM and TRT-LLM cores verify in the pass that ends a prompt:
+    priced with a decode step over the prompt, it emits up to k + 1 first tokens; engines emit
+    one there) and ``budget_counts_drafts: false`` (it charges a verifying request one token of
+    ``max_num_batched_tokens``; vLLM charges k + 1).
+    """
+
+    method: Literal["mtp", "eagle", "ngram", "draft_model"] = "mtp"
+    num_speculative_tokens: int = field(default=1, validator=[_positive, _at_most(16)])
+    #: per draft position, the probability of acceptance given the earlier ones were accepted;
+    #: null: Dynamo's default 0.85, 0.3, then 0
+    acceptance_rates: Optional[tuple[float, ...]] = None
+    sampling: Literal["sampled", "expected"] = "sampled"
+    seed: Optional[int] = field(default=None, validator=[_non_negative, _at_most((1 << 63) - 1)])
+    draft_model: Optional[str] = None
+    verify_in_prefill: bool = False
+    budget_counts_drafts: bool = True
+
+    def __attrs_post_init__(self) -> None:
+        rates = self.acceptance_rates
+        if rates is not None:
+            if len(rates) != self.num_speculative_tokens:
+                raise FieldValueError("acceptance_rates", f"'acceptance_rates' needs one rate per draft token: "
+                                      f"{self.num_speculative_tokens}, got {len(rates)}")
+            if not all(0.0 <= r <= 1.0 for r in rates):
+                raise FieldValueError("acceptance_rates", f"'acceptance_rates' must be numbers in [0, 1]: "
+                                      f"{list(rates)}")
+        if self.method == "draft_model" and not self.draft_model:
+            raise FieldValueError("draft_model", "'method: draft_model' needs 'draft_model' (a model name or "
+                                  "config.json path)")
+        if self.method != "draft_model" and self.draft_model:
+            raise FieldValueError("draft_model", f"'draft_model' applies only to method draft_model, not "
+                                  f"{self.method}")
+
+    @property
+    def rates(self) -> tuple:
+        """The acceptance rates, Dynamo's default (0.85, 0.3, 0, ...) when none were given."""
+        if self.acceptance_rates is not None:
+            return self.acceptance_rates
+        return ((0.85, 0.3) + (0.0,) * 16)[:self.num_speculative_tokens]
+
+    @property
+    def expected_tokens(self) -> float:
+        """Tokens a verify round emits in expectation (before cutting to the output left)."""
+        total, p = 1.0, 1.0
+        for rate in self.rates:
+            p *= rate
+            total += p
+        return total
+
+
+@frozen
 class PoolSpec:
     """One pool of identical workers and their vLLM-like engine settings.
 
@@ -133,6 +207,8 @@ class PoolSpec:
     #: this pool's latency model when it differs from the scenario's (e.g. prefill and decode
     #: workers with different tensor_parallel_size); null: the scenario's ``latency``
     latency: Optional[LatencySpec] = None
+    #: speculative decoding (null: none): see :class:`SpeculativeSpec`
+    speculative: Optional[SpeculativeSpec] = None
 
     #: which running request gives up its KV under memory pressure: the newest (lifo, vLLM's
     #: default) or the oldest (fifo)
@@ -165,6 +241,9 @@ class PoolSpec:
                         else f"the default chunk budget ({SGLANG_CHUNKED_PREFILL_SIZE}, 'sglang.chunked_prefill_size')")
                 raise ValueError(f"{what} ({chunk}) must be at least 'block_size' ({self.block_size}): "
                                  "SGLang cuts a long prompt into whole pages of the chunk budget")
+        if self.speculative is not None and self.speculative.verify_in_prefill and self.backend == "sglang":
+            raise ValueError("'speculative.verify_in_prefill' is the reference's vLLM and TRT-LLM cores' way; "
+                             "SGLang (and the reference's sglang core) emits one token when a prompt ends")
         if self.backend != "trtllm" and self.trtllm != TrtllmSpec():
             raise ValueError("'trtllm' settings apply only to backend: trtllm")
         if self.backend != "vllm" and self.preemption_mode != "lifo":
@@ -202,6 +281,9 @@ class PoolsSpec:
                 if pool.sglang.enable_mixed_chunk:
                     raise ValueError(f"'{name}': 'sglang.enable_mixed_chunk' applies only to an aggregated "
                                      "pool (it mixes decodes into the passes that prefill)")
+            if self.prefill.speculative is not None:
+                raise ValueError("'prefill': 'speculative' applies to the pools that decode (aggregated or "
+                                 "decode); a prefill worker generates no token to draft for")
 
     @property
     def mode(self) -> str:

@@ -33,6 +33,7 @@ from typing import Optional, Sequence
 
 from simkit.spec import PoolSpec
 from simkit.engine.kvcache import KvCache
+from simkit.engine.scheduler.speculative import Acceptance, SpecStats
 from simkit.core.request import Request
 
 __all__ = ["Seq", "Batch", "Scheduler", "private_suffixes"]
@@ -65,6 +66,7 @@ class Seq:
     __slots__ = (
         "req", "rid", "prompt_len", "output_len", "keys", "held", "anon", "computed",
         "prefill_target", "generated", "transferred", "preemptions", "private_from", "private", "stamp",
+        "acc", "spec",
     )
 
     def __init__(self, req: Request, transferred: bool = False) -> None:
@@ -86,13 +88,17 @@ class Seq:
         self.generated = 0
         self.preemptions = 0
         self.stamp = 0  #: when its blocks were last used (sglang: the radix cache's LRU clock)
+        #: speculative decoding: its verify rounds' outcomes and their counts (None: no drafts)
+        self.acc: Optional[Acceptance] = None
+        self.spec: Optional[SpecStats] = None
 
 
 class Batch:
     """One pass: ``entries`` of (seq, tokens, is_prefill) plus its latency-model shape."""
 
     __slots__ = ("entries", "prefill_tokens", "prefill_requests", "prefill_start_tokens",
-                 "decode_requests", "decode_context_tokens", "admitted", "preempted", "run_started", "run_done")
+                 "decode_requests", "decode_context_tokens", "admitted", "preempted", "run_started", "run_done",
+                 "decode_budget")
 
     def __init__(self) -> None:
         self.entries: list[tuple[Seq, int, bool]] = []
@@ -108,6 +114,9 @@ class Batch:
         #: (its first pass was scheduled by ``schedule``)
         self.run_started = 1
         self.run_done = 0
+        #: tokens of ``max_num_batched_tokens`` the decode requests take (one each; k + 1 for a
+        #: speculative verify round that counts its drafts)
+        self.decode_budget = 0
 
 
 class Scheduler:
@@ -121,6 +130,14 @@ class Scheduler:
     def __init__(self, spec: PoolSpec, role: str) -> None:
         if role not in ("aggregated", "prefill", "decode"):
             raise ValueError(f"unknown role {role!r}")
+        #: speculative decoding (not on a prefill worker, which decodes nothing)
+        self.speculative = spec.speculative if role != "prefill" else None
+        self.name_streams(0, "pool")
+        self.spec_k = self.speculative.num_speculative_tokens if self.speculative else 0
+        #: a verify round charges its k + 1 tokens to the token budget (vLLM), or one (the reference)
+        self.spec_budget_drafts = self.speculative is not None and self.speculative.budget_counts_drafts
+        #: the pass that ends a prompt is a verify round (the reference's vLLM and TRT-LLM cores)
+        self.verify_in_prefill = self.speculative is not None and self.speculative.verify_in_prefill
         self.role = role
         self.block_size = spec.block_size
         self.budget = spec.max_num_batched_tokens
@@ -168,6 +185,9 @@ class Scheduler:
         output is cut to ``max_model_len`` - prompt (when the prompt is shorter), as vLLM's engine
         stops a request at the length limit (the reference does too: measured)."""
         seq = Seq(request, transferred)
+        if self.speculative is not None:
+            seq.acc = Acceptance(self.speculative, f"{self.stream}/{request.rid}")
+            seq.spec = SpecStats(self.spec_k)
         limit = self.max_model_len
         if (limit is not None and self.cut_to_max_model_len and seq.prompt_len < limit
                 and seq.prompt_len + seq.output_len > limit):
@@ -184,6 +204,43 @@ class Scheduler:
         if self.cut_to_max_model_len:
             return seq.prompt_len < limit
         return seq.prompt_len + seq.output_len <= limit
+
+    def name_streams(self, seed: int, pool: str) -> None:
+        """Name the random streams of this worker's requests' verify rounds after the scenario's
+        ``seed`` (or the speculative spec's own) and the ``pool``: request r draws from
+        ``SEED/POOL/speculative/r``, the same on every worker of the pool."""
+        if self.speculative is not None and self.speculative.seed is not None:
+            seed = self.speculative.seed
+        self.stream = f"{seed}/{pool}/speculative"
+
+    def decode_width(self, seq: Seq) -> int:
+        """Tokens of KV a decode step of ``seq`` needs room for: 1, or for a speculative verify
+        round k + 1 (the last token and k drafts), cut to the output left (measured on the
+        reference: a round at context L reserves L + min(k + 1, output left))."""
+        if seq.acc is None:
+            return 1
+        return max(1, min(self.spec_k + 1, seq.output_len - seq.generated))
+
+    def decode_budget_tokens(self, width: int) -> int:
+        """Tokens of the pass's budget a decode step of ``width`` takes."""
+        return width if self.spec_budget_drafts else 1
+
+    def _verify(self, seq: Seq) -> int:
+        """Tokens the verify round of ``seq`` ending now emits (its draws; cut to the output
+        left), recorded in its stats."""
+        j = seq.acc.accepted()
+        emitted = max(1, min(1 + j, seq.output_len - seq.generated))
+        seq.spec.record(j, emitted)
+        return emitted
+
+    def _trim(self, seq: Seq) -> None:
+        """Free the blocks of ``seq``'s rejected drafts: it keeps KV for ``computed`` tokens
+        (and the newest token's slot where the engine gives one)."""
+        keep = -(-(seq.computed + self.decode_slot) // self.block_size)
+        extra = len(seq.held) + seq.anon - keep
+        if extra > 0 and seq.anon >= extra:
+            self.kv.release((), extra)
+            seq.anon -= extra
 
     def describe(self) -> str:
         """One line of queue and KV state, for diagnostics."""
@@ -274,7 +331,7 @@ class Scheduler:
         finished: list[Seq] = []
         prefilled: list[Seq] = []
         prefill_role = self.role == "prefill"
-        for seq, n, _ in batch.entries:
+        for seq, n, is_prefill in batch.entries:
             seq.computed += n
             if seq.computed < seq.prefill_target:
                 continue
@@ -282,6 +339,15 @@ class Scheduler:
                 finished.append(seq)  # nothing to generate: done when the prompt is
             elif prefill_role:
                 prefilled.append(seq)
+            elif seq.acc is not None and (not is_prefill or self.verify_in_prefill):
+                tokens = self._verify(seq)  # a verify round: 1 + accepted drafts
+                seq.generated += tokens
+                seq.computed += tokens - 1
+                emitted.extend([seq] * tokens)
+                if seq.generated >= seq.output_len:
+                    finished.append(seq)
+                else:
+                    self._trim(seq)
             else:
                 seq.generated += 1
                 emitted.append(seq)
@@ -308,8 +374,8 @@ class Scheduler:
         token each, until one of them finishes. The run is cut so that the KV blocks of all its
         passes are free now (so no pass can preempt). Returns k >= 1 (k = 1: no run).
         """
-        if batch.prefill_tokens or batch.admitted or batch.preempted or self.waiting:
-            return 1
+        if batch.prefill_tokens or batch.admitted or batch.preempted or self.waiting or self.speculative:
+            return 1  # (verify rounds emit a drawn number of tokens: stepped pass by pass)
         entries = batch.entries
         if len(entries) != len(self.running):
             return 1  # the budget cut the batch short: later passes could differ

@@ -23,9 +23,12 @@ SCHEDULERS: dict[str, type[Scheduler]] = {
 }
 
 
-def make_scheduler(spec: PoolSpec, role: str) -> Scheduler:
-    """The scheduler of ``spec.backend`` for a worker in ``role``."""
+def make_scheduler(spec: PoolSpec, role: str, seed: int = 0, pool: str = "pool") -> Scheduler:
+    """The scheduler of ``spec.backend`` for a worker in ``role`` of ``pool``; ``seed`` (the
+    scenario's) names its random streams (speculative decoding's verify rounds)."""
     cls = SCHEDULERS.get(spec.backend)
     if cls is None:
         raise ValueError(f"no scheduler for backend {spec.backend!r} (known: {', '.join(SCHEDULERS)})")
-    return cls(spec, role)
+    sched = cls(spec, role)
+    sched.name_streams(seed, pool)
+    return sched

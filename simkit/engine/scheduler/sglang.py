@@ -291,7 +291,8 @@ class SglangScheduler(VllmScheduler):
         bs = self.block_size
         kv = self.kv
         slot = self.decode_slot
-        need = [max(0, -(-(s.computed + 1 + slot) // bs) - len(s.held) - s.anon) for s in decoding]
+        width = self.decode_width
+        need = [max(0, -(-(s.computed + width(s) + slot) // bs) - len(s.held) - s.anon) for s in decoding]
         if sum(need) > kv.free_blocks:
             return
         for seq, more in zip(decoding, need):
@@ -316,8 +317,10 @@ class SglangScheduler(VllmScheduler):
         running = self.running
         slot = self.decode_slot
 
+        width = self.decode_width  # 1, or a verify round's k + 1 (SGLang reserves them too: measured)
+
         def growth() -> int:
-            return sum(max(0, -(-(s.computed + 1 + slot) // bs) - len(s.held) - s.anon)
+            return sum(max(0, -(-(s.computed + width(s) + slot) // bs) - len(s.held) - s.anon)
                        for s in running if s.computed >= s.prefill_target)
 
         retracted = False
@@ -354,7 +357,7 @@ class SglangScheduler(VllmScheduler):
             computed = seq.computed
             if computed < seq.prefill_target:
                 continue  # a chunked prompt waiting for the next extend pass
-            more = -(-(computed + 1 + slot) // bs) - len(seq.held) - seq.anon
+            more = -(-(computed + width(seq) + slot) // bs) - len(seq.held) - seq.anon
             if more > 0:
                 kv.allocate(more)
                 seq.anon += more
@@ -379,6 +382,14 @@ class SglangScheduler(VllmScheduler):
                     return
                 self.ready -= 1
                 continue
+            if seq.acc is not None:  # room for its first verify round's drafts too
+                more = -(-(seq.computed + self.decode_width(seq) + self.decode_slot) // self.block_size) \
+                    - len(seq.held) - seq.anon
+                if more > self.kv.free_blocks:
+                    return
+                if more > 0:
+                    self.kv.allocate(more)
+                    seq.anon += more
             waiting.popleft()
             self.ready -= 1
             batch.entries.append((seq, 1, False))

@@ -67,8 +67,7 @@ class VllmScheduler(Scheduler):
             return False
         return self.chunked or peak <= self.budget
 
-    @staticmethod
-    def _unschedule(batch: Batch, seq: Seq) -> None:
+    def _unschedule(self, batch: Batch, seq: Seq) -> None:
         """Take ``seq``'s entry (scheduled earlier in this pass) out of ``batch``."""
         for j, (s, n, is_prefill) in enumerate(batch.entries):
             if s is seq:
@@ -77,10 +76,20 @@ class VllmScheduler(Scheduler):
                     batch.prefill_tokens -= n
                     batch.prefill_requests -= 1
                     batch.prefill_start_tokens -= seq.computed
+                    if self._verifies_prompt_end(seq, n):
+                        batch.decode_requests -= 1
+                        batch.decode_context_tokens -= seq.prefill_target
                 else:
                     batch.decode_requests -= 1
                     batch.decode_context_tokens -= seq.computed + n
+                    batch.decode_budget -= self.decode_budget_tokens(self.decode_width(seq))
                 return
+
+    def _verifies_prompt_end(self, seq: Seq, n: int) -> bool:
+        """Whether a chunk of ``n`` tokens ends ``seq``'s prompt in a verify round
+        (``speculative.verify_in_prefill``, the reference's vLLM and TRT-LLM cores; not on a
+        prefill worker, whose scheduler has no speculation)."""
+        return self.verify_in_prefill and seq.acc is not None and seq.computed + n == seq.prefill_target
 
     def schedule(self) -> Optional[Batch]:
         """Form the next pass, allocating its KV blocks; ``None`` if nothing can run."""
@@ -95,16 +104,22 @@ class VllmScheduler(Scheduler):
         while i < len(running) and budget > 0:
             seq = running[i]
             computed = seq.computed
+            width = 0  # tokens of KV beyond the pass's own: a verify round's drafts
             if computed < seq.prefill_target:
                 if hold:
                     i += 1
                     continue
                 n = min(seq.prefill_target - computed, budget)
                 is_prefill = True
+                if self._verifies_prompt_end(seq, n):
+                    width = self.decode_width(seq) - 1  # the prompt's end is a verify round
             else:
                 n = 1
                 is_prefill = False
-            need = -(-(computed + n) // bs) - len(seq.held) - seq.anon
+                width = self.decode_width(seq) - 1
+                if width and self.spec_budget_drafts and width + 1 > budget:
+                    break  # no room left in the budget for its drafts
+            need = -(-(computed + n + width) // bs) - len(seq.held) - seq.anon
             if self.NO_EVICT and need > kv.free_blocks:
                 break  # reservations make this unreachable; never evict under no-evict
             while need > kv.free_blocks:
@@ -113,7 +128,7 @@ class VllmScheduler(Scheduler):
                     if victim is not seq:
                         i -= 1
                         self._unschedule(batch, victim)
-                        budget = self.budget - batch.prefill_tokens - batch.decode_requests
+                        budget = self.budget - batch.prefill_tokens - batch.decode_budget
                 else:
                     victim = running.pop()
                 self._preempt(victim)
@@ -130,11 +145,17 @@ class VllmScheduler(Scheduler):
                 batch.prefill_tokens += n
                 batch.prefill_requests += 1
                 batch.prefill_start_tokens += computed
+                if self._verifies_prompt_end(seq, n):
+                    batch.decode_requests += 1  # priced as a decode step over the prompt too
+                    batch.decode_context_tokens += seq.prefill_target
+                budget -= n
             else:
                 batch.decode_requests += 1
                 batch.decode_context_tokens += computed + n
+                used = self.decode_budget_tokens(width + 1)
+                batch.decode_budget += used
+                budget -= used
             entries.append((seq, n, is_prefill))
-            budget -= n
             i += 1
         if not batch.preempted and not hold:
             self._admit(batch, budget)
@@ -176,7 +197,12 @@ class VllmScheduler(Scheduler):
                     start = seq.prefill_target - 1
                 n = 1
                 is_prefill = False
-            whole = -(-max(seq.prefill_target, start + n) // bs) - hits
+            # a verify round's drafts (a decode step, or the prompt's end with verify_in_prefill)
+            verify_end = is_prefill and self.verify_in_prefill and seq.acc is not None and start + n == seq.prefill_target
+            width = self.decode_width(seq) - 1 if (not is_prefill or verify_end) else 0
+            if not is_prefill and self.decode_budget_tokens(width + 1) > budget:
+                break
+            whole = -(-max(seq.prefill_target, start + n + width) // bs) - hits
             if whole > kv.free_blocks - in_lru:
                 break
             if not self._admissible(seq, hits, in_lru):
@@ -185,7 +211,7 @@ class VllmScheduler(Scheduler):
             if hits:
                 kv.acquire(keys[:hits])
                 seq.held = keys[:hits]
-            alloc = -(-(start + n) // bs) - hits
+            alloc = -(-(start + n + width) // bs) - hits
             kv.allocate(alloc)
             seq.anon = alloc
             seq.computed = start
@@ -194,14 +220,20 @@ class VllmScheduler(Scheduler):
                 batch.prefill_tokens += n
                 batch.prefill_requests += 1
                 batch.prefill_start_tokens += start
+                if verify_end:
+                    batch.decode_requests += 1  # priced as a decode step over the prompt too
+                    batch.decode_context_tokens += seq.prefill_target
+                budget -= n
             else:
                 self._register(seq, hits, seq.prompt_len)
                 batch.decode_requests += 1
                 batch.decode_context_tokens += start + n
+                used = self.decode_budget_tokens(width + 1)
+                batch.decode_budget += used
+                budget -= used
             batch.entries.append((seq, n, is_prefill))
             batch.admitted.append((seq, 0 if seq.transferred else hits * bs))
             running.append(seq)
-            budget -= n
 
     def _admissible(self, seq: Seq, hits: int, in_lru: int) -> bool:
         """An admission rule beyond the whole remaining prompt fitting in the free blocks, for
