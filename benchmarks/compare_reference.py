@@ -37,7 +37,7 @@ REPO = os.path.dirname(HERE)
 SHARED = os.path.join(os.path.dirname(REPO), "shared")
 sys.path.insert(0, REPO)
 
-from simkit import load_scenario
+from simkit import load_scenario, override
 from simkit.spec import parse_overrides  # noqa: E402
 from simkit.output.report import nearest_rank, request_rows, summarize  # noqa: E402
 from simkit.sim import simulate  # noqa: E402
@@ -50,12 +50,12 @@ MEDIAN_TOLERANCE, P99_TOLERANCE, SUMMARY_TOLERANCE = 0.01, 0.05, 0.02
 REUSE_TOLERANCE = 0.01
 
 
-def median_summary(summaries: list) -> dict:
-    """Per metric and statistic, the median over reference runs (one run: itself)."""
+def median_summary(summaries: list, reuse_key: str = "prefix_cache_reused_ratio") -> dict:
+    """Per metric and statistic, the median over runs (one run: itself)."""
     out = dict(summaries[0])
     for metric in ("ttft_ms", "itl_ms", "e2e_ms"):
         out[metric] = {q: statistics.median(s[metric][q] for s in summaries) for q in ("mean", "p50", "p90", "p99")}
-    out["prefix_cache_reused_ratio"] = statistics.median(s["prefix_cache_reused_ratio"] for s in summaries)
+    out[reuse_key] = statistics.median(s[reuse_key] for s in summaries)
     return out
 
 
@@ -70,14 +70,19 @@ def spread_of(summaries: list) -> dict:
     return out
 
 
-def run_peer(args, out_dir: str) -> tuple[float, int]:
+def sampled_speculation(args) -> bool:
+    """Whether ``--speculative`` draws acceptances (a rate strictly between 0 and 1)."""
+    return bool(args.speculative) and any(0.0 < r < 1.0 for r in parse_speculative(args.speculative)[1])
+
+
+def run_peer(args, out_dir: str, run: int = 0) -> tuple[float, int]:
     tool = os.path.join(SHARED, "tools", "dynamo_peer.py")
     os.makedirs(out_dir, exist_ok=True)
     cmd = [args.peer_python, "-c",
            "import resource,runpy,sys; sys.argv=sys.argv[1:]; "
            "runpy.run_path(sys.argv[0], run_name='__main__'); "
            "print('PEAK_KB', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)",
-           tool, args.trace, "--router", args.router, "--engine-json", engine_json(args, out_dir),
+           tool, args.trace, "--router", args.router, "--engine-json", engine_json(args, out_dir, run),
            "--out", out_dir]
     if args.router_json:
         cmd += ["--router-json", args.router_json]
@@ -92,17 +97,26 @@ def run_peer(args, out_dir: str) -> tuple[float, int]:
     return wall, peak[-1] if peak else 0
 
 
-def engine_json(args, out_dir: str) -> str:
+def engine_json(args, out_dir: str, run: int = 0) -> str:
     """The reference's vLLM defaults with ``--backend`` and ``--num-gpu-blocks`` applied."""
     with open(os.path.join(SHARED, "tools", "dynamo_engine_vllm_default.json")) as f:
         engine = json.load(f)
     engine["backend"] = args.backend
     if args.num_gpu_blocks is not None:
         engine["num_gpu_blocks"] = args.num_gpu_blocks
+    if args.speculative:
+        k, rates = parse_speculative(args.speculative)
+        engine.update(aic_nextn=k, aic_nextn_accept_rates=",".join(map(str, rates)), aic_mtp_seed=42 + run)
     path = os.path.join(out_dir, "engine.json")
     with open(path, "w") as f:
         json.dump(engine, f)
     return path
+
+
+def parse_speculative(text: str) -> tuple[int, list[float]]:
+    """``K:R1,R2,...`` -> (k, rates)."""
+    k, _, rates = text.partition(":")
+    return int(k), [float(r) for r in rates.split(",")] if rates else []
 
 
 def stats(values):
@@ -119,6 +133,10 @@ def main() -> None:
     ap.add_argument("--router", choices=["round_robin", "kv_router"], default="round_robin",
                     help="round robin, or KV-aware routing (simkit's kv_aware, the reference's kv_router)")
     ap.add_argument("--router-json", help="KvRouterConfig fields as JSON, for both sides (kv_router)")
+    ap.add_argument("--speculative", metavar="K:R1,R2,...",
+                    help="speculative decoding on both sides: K draft tokens accepted with these conditional "
+                         "rates (the reference's aic_nextn and aic_nextn_accept_rates; simkit with its "
+                         "verify_in_prefill and budget_counts_drafts: false, the reference's way)")
     ap.add_argument("--workers", type=int, default=4, help="workers (agg) or prefill workers (disagg)")
     ap.add_argument("--decode-workers", type=int, default=None, help="disagg: decode workers (default: --workers)")
     ap.add_argument("--peer-runs", type=int, default=None,
@@ -147,23 +165,34 @@ def main() -> None:
         sets += [(f"pools.{p}.sglang.budgets_count_chunks", True) for p in pools]
     if args.num_gpu_blocks is not None:
         sets += [(f"pools.{p}.num_gpu_blocks", args.num_gpu_blocks) for p in pools]
+    if args.speculative:
+        k, rates = parse_speculative(args.speculative)
+        sets += [(f"pools.{pools[-1]}.speculative", {
+            "num_speculative_tokens": k, "acceptance_rates": rates or None, "budget_counts_drafts": False,
+            "verify_in_prefill": args.backend != "sglang"})]
     sets += parse_overrides(args.set)
     scenario = load_scenario(os.path.join(REPO, "scenarios", f"reference_{args.mode}.yaml"), sets)
+    runs = args.peer_runs or (3 if args.router == "kv_router" or sampled_speculation(args) else 1)
     t0 = time.perf_counter()
     records = simulate(scenario, record_token_times=False)
     sim_wall = time.perf_counter() - t0
     sim_peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     ours = {row["id"]: row for row in request_rows(records)}
     summary = summarize(records)
+    if sampled_speculation(args):  # acceptances drawn: the median of as many seeds as the reference's
+        pool = "aggregated" if args.mode == "agg" else "decode"
+        summaries_ours = [summary] + [
+            summarize(simulate(override(scenario, {f"pools.{pool}.speculative.seed": 42 + i}), record_token_times=False))
+            for i in range(1, runs)]
+        summary = dict(median_summary(summaries_ours, reuse_key="prefix_cache_hit_ratio"))
 
     peer_wall = peer_peak = None
     if args.peer_dir is not None:
         peer_dirs = [args.peer_dir]
     else:
-        runs = args.peer_runs or (3 if args.router == "kv_router" else 1)
         root = tempfile.mkdtemp(prefix="peer-")
         peer_dirs = [os.path.join(root, f"run{i}") for i in range(runs)]
-        walls = [run_peer(args, d) for d in peer_dirs]
+        walls = [run_peer(args, d, i) for i, d in enumerate(peer_dirs)]
         peer_wall, peer_peak = walls[0]
     summaries = []
     for d in peer_dirs:

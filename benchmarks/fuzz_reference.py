@@ -57,12 +57,13 @@ eng = spec["engine"]
 kw = dict(trace_block_size=spec["tbs"], router_mode=spec["mode"], capture_per_request=True)
 if spec["router"] and spec["mode"] == "kv_router":
     kw["router_config"] = core.KvRouterConfig(**spec["router"])
+dec = dict(eng, **spec.get("decode_engine", {}))  # speculative decoding: the pools that decode
 if spec["decode"]:
     kw.update(prefill_engine_args=core._normalize_mocker_config({"engine": dict(eng, worker_type="prefill")}),
-              decode_engine_args=core._normalize_mocker_config({"engine": dict(eng, worker_type="decode")}),
+              decode_engine_args=core._normalize_mocker_config({"engine": dict(dec, worker_type="decode")}),
               num_prefill_workers=spec["workers"], num_decode_workers=spec["decode"])
 else:
-    kw.update(extra_engine_args=core._normalize_mocker_config({"engine": eng}), num_workers=spec["workers"])
+    kw.update(extra_engine_args=core._normalize_mocker_config({"engine": dec}), num_workers=spec["workers"])
 res = core.run_mocker_trace_replay([spec["trace"]], **kw)
 keep = ("uuid", "arrival_time_ms", "input_length", "requested_output_length", "ttft_ms", "e2e_latency_ms",
         "prefill_worker_idx", "decode_worker_idx", "terminal_status", "session_id", "turn_index", "readmission_count")
@@ -153,7 +154,8 @@ def _swap(sim, old, new) -> None:
         sim._kv_listener = new.kv_event
 
 
-def random_case(rng: random.Random, backend: str = "vllm", router_mode: str = "kv_router") -> tuple[list, dict]:
+def random_case(rng: random.Random, backend: str = "vllm", router_mode: str = "kv_router",
+                speculative: bool = False) -> tuple[list, dict]:
     tbs = rng.choice([16, 32, 64])
     bs = tbs if rng.random() < 0.7 else tbs // 2 or tbs
     rows, t = [], 0.0
@@ -190,6 +192,12 @@ def random_case(rng: random.Random, backend: str = "vllm", router_mode: str = "k
     spec = {"engine": engine, "tbs": tbs, "router": router if mode == "kv_router" else {}, "mode": mode,
             "workers": rng.randint(1 if mode == "round_robin" else 2, 4),
             "decode": rng.randint(1 if mode == "round_robin" else 2, 3) if disagg else 0}
+    if speculative:  # acceptance 0 or 1 only: both sides then emit the same tokens, no sampling
+        k = rng.randint(1, 3)
+        rates = [rng.choice([0.0, 1.0]) for _ in range(k)]
+        spec["decode_engine"] = {"aic_nextn": k, "aic_nextn_accept_rates": ",".join(str(r) for r in rates)}
+        spec["speculative"] = {"num_speculative_tokens": k, "acceptance_rates": rates, "budget_counts_drafts": False,
+                               "verify_in_prefill": engine["backend"] != "sglang"}
     return rows, spec
 
 
@@ -201,14 +209,16 @@ def scenario_of(path: str, spec: dict):
     if pool["backend"] == "sglang":  # the reference's way: a documented difference from SGLang
         pool["sglang"] = {"budgets_count_chunks": True}
     router = {"kind": "kv_aware", **spec["router"]} if spec["mode"] == "kv_router" else {"kind": "round_robin"}
+    decode_pool = dict(pool, speculative=spec["speculative"]) if spec.get("speculative") else pool
     data = {"workload": {"kind": "trace", "path": path, "trace_block_size": spec["tbs"]},
             "latency": {"kind": "polynomial", "prefill_tokens_from_batch_means": True},
             "router": router}
     if spec["decode"]:
-        data["pools"] = {"prefill": dict(pool, workers=spec["workers"]), "decode": dict(pool, workers=spec["decode"])}
+        data["pools"] = {"prefill": dict(pool, workers=spec["workers"]),
+                         "decode": dict(decode_pool, workers=spec["decode"])}
         data["link"] = {"bandwidth_gb_per_s": None, "sharing": "uncontended"}
     else:
-        data["pools"] = {"aggregated": dict(pool, workers=spec["workers"])}
+        data["pools"] = {"aggregated": dict(decode_pool, workers=spec["workers"])}
     return scenario_from_dict(data)
 
 
@@ -280,6 +290,8 @@ def main() -> None:
     ap.add_argument("--router", choices=["kv_router", "round_robin", "mixed"], default="kv_router")
     ap.add_argument("--backend", choices=["vllm", "sglang", "trtllm", "random"], default="vllm",
                     help="the engine core on both sides")
+    ap.add_argument("--speculative", action="store_true",
+                    help="speculative decoding on the decoding pools (k 1 to 3, acceptance rates 0 or 1)")
     ap.add_argument("--verbose", action="store_true")
     args = ap.parse_args()
     problems = []
@@ -295,7 +307,7 @@ def main() -> None:
         problems += check_case(args.peer_python, rows, spec, os.path.basename(args.trace), True)
     rng = random.Random(args.seed)
     for case in range(args.random):
-        rows, spec = random_case(rng, args.backend, args.router)
+        rows, spec = random_case(rng, args.backend, args.router, args.speculative)
         problems += check_case(args.peer_python, rows, spec, f"case {case}", args.verbose)
     for line in problems[:60]:
         print(line)

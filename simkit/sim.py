@@ -223,7 +223,7 @@ class Simulation:
         for name, spec in scenario.pools.named():
             index = order[name]
             latency = latencies[name] = make_latency_model(spec.latency or scenario.latency,
-                                                                 spec.num_gpu_blocks * spec.block_size)
+                                                           spec.num_gpu_blocks * spec.block_size, spec.speculative)
             sink = self.link.send if name == "prefill" else None
 
             def make_worker(wid, name=name, spec=spec, latency=latency, sink=sink, entry=name == entry_name):

@@ -97,3 +97,19 @@ def P(n: int) -> float:
 def D(a: int, C: int = 16384 * 64) -> float:
     u = min(a / C, 1.0)
     return max(1.0, -25.74 * u * u + 54.01 * u + 5.74)
+
+
+def draw_speculative(draw, backend: str):
+    """A hypothesis draw of a pool's ``speculative`` settings (None about two times in three)."""
+    from hypothesis import strategies as st
+
+    if draw(st.integers(0, 2)):
+        return None
+    k = draw(st.integers(1, 3))
+    spec = {"num_speculative_tokens": k,
+            "acceptance_rates": [draw(st.sampled_from([0.0, 0.5, 0.9, 1.0])) for _ in range(k)],
+            "sampling": draw(st.sampled_from(["sampled", "expected"])),
+            "budget_counts_drafts": draw(st.booleans())}
+    if backend != "sglang":
+        spec["verify_in_prefill"] = draw(st.booleans())
+    return spec

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from simkit import override, scenario_from_dict
 from simkit.core.request import Request
+from conftest import draw_speculative
 from simkit.sim import build, simulate
 
 
@@ -58,12 +59,14 @@ def cases(draw):
     ]))
     data = {"latency": latency,
             "max_sim_time_s": draw(st.sampled_from([None, None, 0.5, 2.0]))}
+    speculative = draw_speculative(draw, backend)
     if draw(st.booleans()):
-        data["pools"] = {"aggregated": pool}
+        data["pools"] = {"aggregated": dict(pool, speculative=speculative)}
     else:
         if "sglang" in pool:  # mixed chunk is for aggregated pools only
             pool["sglang"]["enable_mixed_chunk"] = False
-        data["pools"] = {"prefill": pool, "decode": dict(pool, workers=draw(st.integers(1, 3)))}
+        data["pools"] = {"prefill": pool, "decode": dict(pool, workers=draw(st.integers(1, 3)),
+                                                         speculative=speculative)}
         data["link"] = {"bandwidth_gb_per_s": draw(st.sampled_from([None, 2.0])),
                         "latency_ms": draw(st.sampled_from([0.0, 3.0])),
                         "channels": draw(st.integers(1, 2))}

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from simkit import scenario_from_dict
 from simkit.spec import SGLANG_CHUNKED_PREFILL_SIZE
 from simkit.core.request import Request
+from conftest import draw_speculative
 from simkit.sim import build
 
 
@@ -58,12 +59,14 @@ def scenarios(draw):
     elif draw(st.booleans()):  # trtllm with batch waiting
         pool["trtllm"] = {"batch_wait_timeout_iters": draw(st.integers(1, 20)),
                           "batch_wait_max_tokens_ratio": draw(st.sampled_from([0.05, 0.5, 1.0]))}
+    speculative = draw_speculative(draw, backend)
     if draw(st.booleans()):
-        data = {"pools": {"aggregated": pool}}
+        data = {"pools": {"aggregated": dict(pool, speculative=speculative)}}
     else:
         if "sglang" in pool:  # mixed chunk is for aggregated pools only
             pool["sglang"]["enable_mixed_chunk"] = False
-        data = {"pools": {"prefill": pool, "decode": dict(pool, workers=draw(st.integers(1, 3)))},
+        data = {"pools": {"prefill": pool, "decode": dict(pool, workers=draw(st.integers(1, 3)),
+                                                          speculative=speculative)},
                 "link": {"bandwidth_gb_per_s": draw(st.sampled_from([None, 5.0])),
                          "latency_ms": draw(st.sampled_from([0.0, 2.0]))}}
     return scenario_from_dict(data)
@@ -87,7 +90,10 @@ def _check_every_pass(sched, spec) -> None:
         if batch is not None:
             assert len(batch.entries) <= spec.max_num_seqs
             if budget is not None:
-                assert batch.prefill_tokens + batch.decode_requests <= budget
+                # (vllm and trtllm: a verify round takes k + 1 or 1, and a prompt that ends in a
+                # verify round counts as a decode request but takes only its chunk)
+                used = batch.decode_budget if spec.backend != "sglang" else batch.decode_requests
+                assert batch.prefill_tokens + used <= budget
             if spec.backend == "sglang" and not spec.sglang.enable_mixed_chunk:  # extend or decode, never both
                 assert not (batch.prefill_tokens and batch.decode_requests)
         return batch

@@ -24,6 +24,11 @@ def _step_parser() -> argparse.ArgumentParser:
     p.add_argument("--prefill-tokens", type=int, default=0, help="prompt tokens computed in the pass (one chunk)")
     p.add_argument("--decode-contexts", default="", metavar="C1,C2,...",
                    help="KV length of each decode request after the pass, comma-separated")
+    p.add_argument("--speculative", type=int, default=0, metavar="K",
+                   help="decode requests verify K draft tokens (speculative decoding)")
+    p.add_argument("--spec-method", choices=("mtp", "eagle", "ngram", "draft_model"), default="mtp",
+                   help="the drafter, with --speculative (default mtp)")
+    p.add_argument("--draft-model", default=None, help="with --spec-method draft_model: its model")
     return p
 
 
@@ -40,7 +45,7 @@ def step_table(model, prefill_tokens: int, contexts: list[int]) -> str:
     total = sum(op.time_s for op in ops) * 1e3
     by = {"gemm": ("gemm", "experts", "lm_head", "elementwise"),
           "attention": ("attention_prefill", "attention_decode"),
-          "communication": ("allreduce",), "overhead": ("overhead",)}
+          "communication": ("allreduce",), "overhead": ("overhead",), "draft": ("draft",)}
     parts = ", ".join(f"{k} {sum(o.time_s for o in ops if o.name in names) * 1e3:.3f}" for k, names in by.items())
     compute = sum(o.time_s for o in ops if o.bound == "compute") * 1e3
     memory = sum(o.time_s for o in ops if o.bound == "memory") * 1e3
@@ -71,6 +76,10 @@ def step_main(argv: Sequence[str]) -> int:
         return _fail([f"simkit step: --tp must be >= 1, got {args.tp}"])
     if not args.prefill_tokens and not contexts:
         return _fail(["simkit step: empty pass: give --prefill-tokens and/or --decode-contexts"])
+    if not 0 <= args.speculative <= 16:
+        return _fail([f"simkit step: --speculative must be 0 to 16 draft tokens, got {args.speculative}"])
+    if (args.spec_method == "draft_model") != bool(args.draft_model):
+        return _fail(["simkit step: --draft-model goes with --spec-method draft_model (and it needs one)"])
     try:
         load_model(args.model)
         load_gpu(args.gpu)
@@ -85,5 +94,27 @@ def step_main(argv: Sequence[str]) -> int:
     if longest and max([args.prefill_tokens] + contexts) > longest:
         return _fail([f"simkit step: {args.model} takes sequences of at most {longest} tokens "
                       f"(max_position_embeddings); got {max([args.prefill_tokens] + contexts)}"])
-    print(step_table(RooflineModel(spec), args.prefill_tokens, contexts))
+    model = RooflineModel(spec)
+    if args.speculative:
+        from simkit.spec import SpeculativeSpec
+        from simkit.engine.latency.speculative import SpeculativeRoofline
+
+        draft = None
+        if args.draft_model:
+            try:
+                load_model(args.draft_model)
+            except HardwareError as exc:
+                return _fail([f"simkit step: --draft-model: {exc}"])
+            draft = RooflineModel(RooflineLatency(model=args.draft_model, gpu=args.gpu, tensor_parallel_size=args.tp,
+                                                  precision=args.precision, kv_cache_dtype=args.kv_cache_dtype,
+                                                  backend=args.backend))
+        sspec = SpeculativeSpec(method=args.spec_method, num_speculative_tokens=args.speculative,
+                                draft_model=args.draft_model)
+        model = SpeculativeRoofline(model, sspec, draft)
+    text = step_table(model, args.prefill_tokens, contexts)
+    if args.speculative:
+        text += (f"\n(a verify pass: each decode request checks its last token and {args.speculative} drafts, "
+                 f"{args.spec_method} drafter; the drafts' queries are priced with the prompt tokens, "
+                 f"attention_prefill, and the draft's own passes as 'draft')")
+    print(text)
     return 0

@@ -242,7 +242,9 @@ class SlaPolicy:
 
     Decode side (decode or aggregated pool, n workers): per worker, b requests decode at once
     (Little's law: b = lam / n * OSL * ITL) with mean context c = ISL + OSL / 2, so a decode
-    pass takes D(b, b c) and ITL = D(b, b c), solved by fixed-point iteration from b = 1.
+    pass takes D(b, b c) and ITL = D(b, b c) / E, solved by fixed-point iteration from b = 1;
+    E is the pool's expected tokens per verify round with speculative decoding (1 + a1 +
+    a1 a2 + ...), else 1.
     Aggregated workers also run the prompts: ITL = D / (1 - rho). Feasible only if b <=
     ``max_num_seqs`` and b (ISL + OSL) tokens fit in 90% of the KV cache.
 
@@ -330,10 +332,12 @@ class SlaPolicy:
             per_worker = lam / n
             ctx = isl + osl / 2.0
             b = 1.0
-            itl = pt(0, 1, int(ctx))
+            # speculative decoding: a pass emits the expected tokens of a verify round
+            per_pass = spec.speculative.expected_tokens if spec.speculative is not None else 1.0
+            itl = pt(0, 1, int(ctx)) / per_pass
             for _ in range(50):  # D is increasing and bounded: the iteration settles fast
                 b = max(per_worker * osl * itl, 1.0)
-                new = pt(0, max(int(round(b)), 1), int(b * ctx))
+                new = pt(0, max(int(round(b)), 1), int(b * ctx)) / per_pass
                 if pool.name == "aggregated":
                     new /= max(1.0 - rho, 1e-3)
                 if abs(new - itl) < 1e-9:

@@ -109,6 +109,21 @@ def resolve_scenario(scenario: Scenario) -> Scenario:
             problems.append((f"{path}.{problem[0]}", problem[1]))
     if problems:
         raise ResolveError(problems)
+    for name, pool in scenario.pools.named():
+        spec = pool.speculative
+        if spec is not None and spec.method == "draft_model":
+            lat = pool.latency or scenario.latency
+            where = f"$.pools.{name}.speculative.draft_model"
+            if not isinstance(lat, RooflineLatency):
+                problems.append((where, f"a draft model is priced by a roofline latency model (kind roofline), "
+                                        f"not {lat.kind}: use another method, or kind roofline"))
+                continue
+            try:
+                hardware.load_model(spec.draft_model)
+            except hardware.HardwareError as exc:
+                problems.append((where, str(exc)))
+    if problems:
+        raise ResolveError(problems)
     resolved = {}
     models = []
     for name, pool in scenario.pools.named():

@@ -46,7 +46,7 @@ def bucket(x: float, steps_per_octave: int) -> int:
 
 @lru_cache(maxsize=16)
 def _engine(model_path: str, system: str, backend: str, version: str, tp: int, precision: str,
-            kv_cache_dtype: str, moe_model: bool):
+            kv_cache_dtype: str, moe_model: bool, nextn: int = 0):
     """(model, database) of aiconfigurator for a deployment (built once per process)."""
     from aiconfigurator_core.sdk import common, config
     from aiconfigurator_core.sdk.models import get_model
@@ -63,8 +63,11 @@ def _engine(model_path: str, system: str, backend: str, version: str, tp: int, p
     # MoE experts split like the rest, tensor parallel over the worker's GPUs (no expert
     # parallelism), as in the roofline model
     moe = {"moe_tp_size": tp, "moe_ep_size": 1} if moe_model else {}
-    model = get_model(model_path, config.ModelConfig(tp_size=tp, gemm_quant_mode=gemm, kvcache_quant_mode=kv, **moe),
-                      backend)
+    model_config = config.ModelConfig(tp_size=tp, gemm_quant_mode=gemm, kvcache_quant_mode=kv, **moe)
+    if nextn:  # speculative decoding: aiconfigurator prices decode steps at nextn + 1 tokens a request
+        from aiconfigurator_core.sdk.config_builders import apply_nextn
+        apply_nextn(model_config, nextn)
+    model = get_model(model_path, model_config, backend)
     return model, database
 
 
@@ -73,13 +76,13 @@ class AicModel:
 
     needs_prefill_attention = False
 
-    def __init__(self, spec: AicLatency) -> None:
+    def __init__(self, spec: AicLatency, nextn: int = 0) -> None:
         from aiconfigurator_core.sdk import rust_engine_step
 
         self._step = rust_engine_step
         self.model, self.database = _engine(
             aic_model_path(spec.model), aic_system(spec.gpu), spec.backend or "vllm", spec.aic_version or "",
-            spec.tensor_parallel_size, spec.precision, spec.kv_precision, load_model(spec.model).is_moe)
+            spec.tensor_parallel_size, spec.precision, spec.kv_precision, load_model(spec.model).is_moe, nextn)
         self.steps = spec.bucket_steps_per_octave
         self.scale_s = S_PER_MS / spec.speedup_ratio
         self.cache: dict[tuple[int, int, int], float] = {}

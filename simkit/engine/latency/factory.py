@@ -7,28 +7,44 @@ aiconfigurator-core; building an :class:`~simkit.engine.latency.aic.AicModel` do
 
 from __future__ import annotations
 
+from typing import Optional
+
+import attrs
+
 from simkit.spec import (AicLatency, ConstantLatency, LatencySpec, PolynomialLatency, RooflineLatency,
-                         TableLatency)
+                         SpeculativeSpec, TableLatency)
 from simkit.engine.latency.aic import AicModel
 from simkit.engine.latency.base import LatencyModel
 from simkit.engine.latency.constant import ConstantModel
 from simkit.engine.latency.polynomial import PolynomialModel
 from simkit.engine.latency.roofline import RooflineModel
+from simkit.engine.latency.speculative import SpeculativeRoofline
 from simkit.engine.latency.table import TableModel
 
 __all__ = ["make_latency_model"]
 
 
-def make_latency_model(spec: LatencySpec, kv_capacity_tokens: int) -> LatencyModel:
-    """The latency model for ``spec`` on a worker with ``kv_capacity_tokens`` of KV cache."""
+def make_latency_model(spec: LatencySpec, kv_capacity_tokens: int,
+                       speculative: Optional[SpeculativeSpec] = None) -> LatencyModel:
+    """The latency model for ``spec`` on a worker with ``kv_capacity_tokens`` of KV cache whose
+    decode passes are verify rounds of ``speculative`` (None: plain decode steps). The
+    roofline model prices the rounds and the draft (:class:`SpeculativeRoofline`); aic its
+    ``nextn`` path; the polynomial, constant and table models a round as a plain decode step,
+    as the reference does."""
     if isinstance(spec, PolynomialLatency):
         return PolynomialModel(spec, kv_capacity_tokens)
     if isinstance(spec, ConstantLatency):
         return ConstantModel(spec)
     if isinstance(spec, RooflineLatency):
-        return RooflineModel(spec)
+        if speculative is None:
+            return RooflineModel(spec)
+        draft = None
+        if speculative.method == "draft_model":
+            draft = RooflineModel(attrs.evolve(spec, model=speculative.draft_model))
+        return SpeculativeRoofline(RooflineModel(spec), speculative, draft)
     if isinstance(spec, TableLatency):
         return TableModel(spec)
     if isinstance(spec, AicLatency):
-        return AicModel(spec)  # imports the optional aiconfigurator-core, only now
+        # imports the optional aiconfigurator-core, only now
+        return AicModel(spec, nextn=speculative.num_speculative_tokens if speculative else 0)
     raise TypeError(f"no latency model for {spec!r}")

@@ -214,16 +214,20 @@ class Scheduler:
         self.stream = f"{seed}/{pool}/speculative"
 
     def decode_width(self, seq: Seq) -> int:
-        """Tokens of KV a decode step of ``seq`` needs room for: 1, or for a speculative verify
-        round k + 1 (the last token and k drafts), cut to the output left (measured on the
-        reference: a round at context L reserves L + min(k + 1, output left))."""
+        """Tokens of KV beyond ``seq.computed`` a decode step needs room for: 1 (the last
+        token), or for a speculative verify round 1 + min(k + 1, output left): measured on the
+        reference, a round at context L (prompt + generated, = computed + 1) reserves
+        L + min(k + 1, output left), and a request of prompt + output tokens equal to the cache
+        still completes."""
         if seq.acc is None:
             return 1
-        return max(1, min(self.spec_k + 1, seq.output_len - seq.generated))
+        return 1 + max(1, min(self.spec_k + 1, seq.output_len - seq.generated))
 
     def decode_budget_tokens(self, width: int) -> int:
-        """Tokens of the pass's budget a decode step of ``width`` takes."""
-        return width if self.spec_budget_drafts else 1
+        """Tokens of the pass's budget a decode step of KV ``width`` (:meth:`decode_width`)
+        takes: 1, or k + 1 for a verify round that counts its drafts (vLLM schedules the last
+        token and the k drafts)."""
+        return min(width, self.spec_k + 1) if self.spec_budget_drafts else 1
 
     def _verify(self, seq: Seq) -> int:
         """Tokens the verify round of ``seq`` ending now emits (its draws; cut to the output

@@ -35,6 +35,8 @@ class TrtllmScheduler(VllmScheduler):
     #: TRT-LLM's KV cache reuse takes every cached block of a prompt and computes only its last
     #: token again (measured on the reference's trtllm core)
     REUSE_FULL_HIT = True
+    #: TRT-LLM's MTP keeps every matched block (the reference's trtllm core: measured)
+    EAGLE_DROPS_LAST_HIT = False
 
     def __init__(self, spec: PoolSpec, role: str) -> None:
         super().__init__(spec, role)
