@@ -32,6 +32,10 @@ def main() -> None:
     save(disagg.plot_series(), "worker_series.png")
     save(disagg.plot_passes(until_s=2.0), "pass_timeline.png")
     save(simkit.run(os.path.join(REPO, "scenarios", "planner.yaml")).plot_planner(), "planner.png")
+    spec_path = os.path.join(REPO, "scenarios", "speculative.yaml")
+    spec = simkit.run(spec_path, label="EAGLE k=3 [0.8, 0.7, 0.6]")
+    plain = simkit.run(spec_path, {"pools.aggregated.speculative": None}, label="no speculation")
+    save(spec.plot_cdf(plain), "speculative_cdf.png")
     with tempfile.TemporaryDirectory() as tmp:
         subprocess.run([sys.executable, "-m", "simkit", "sweep", os.path.join(REPO, "scenarios", "disagg.yaml"),
                         "--grid", "pools.prefill.workers=1,2,3", "--grid", "pools.decode.workers=1,2,3",

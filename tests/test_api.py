@@ -156,3 +156,15 @@ def test_pass_records_are_needed_for_pass_plots():
     result = simkit.run(REPO / "scenarios" / "agg.yaml", {"workload.num_requests": 20}, record_passes=True)
     assert len(result.records.pass_log) == sum(result.summary["passes"].values())
     assert result.plot_passes() is not None and result.plot_series() is not None
+
+
+def test_grid_values_may_be_lists_and_mappings():
+    from simkit.cli.sweep import parse_grid
+    grid = parse_grid(["pools.aggregated.speculative.acceptance_rates=[0.8,0.6],[0.5, 0.5],0.7",
+                       "router={kind: kv_aware, router_temperature: 0.5},{kind: round_robin}",
+                       "name='a,b',c"])
+    assert grid == [
+        ("pools.aggregated.speculative.acceptance_rates", [[0.8, 0.6], [0.5, 0.5], 0.7]),
+        ("router", [{"kind": "kv_aware", "router_temperature": 0.5}, {"kind": "round_robin"}]),
+        ("name", ["a,b", "c"]),
+    ]

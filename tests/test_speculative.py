@@ -190,8 +190,8 @@ def test_roofline_prices_the_verify_round_and_the_draft():
 
 
 @pytest.mark.parametrize("pools, message", [
-    ({"aggregated": {"speculative": {"num_speculative_tokens": 2, "acceptance_rates": [1]}}},
-     "'acceptance_rates' needs one rate per draft token: 2, got 1"),
+    ({"aggregated": {"speculative": {"num_speculative_tokens": 3, "acceptance_rates": [1, 0.5]}}},
+     r"'acceptance_rates' needs a rate per draft token \(3\) or one rate for all, got 2"),
     ({"aggregated": {"speculative": {"acceptance_rates": [1.5]}}}, r"must be numbers in \[0, 1\]"),
     ({"aggregated": {"speculative": {"acceptance_rates": "0.85,0.3"}}}, "expected a list of numbers"),
     ({"aggregated": {"speculative": {"method": "draft_model"}}}, "'method: draft_model' needs 'draft_model'"),
@@ -205,3 +205,58 @@ def test_roofline_prices_the_verify_round_and_the_draft():
 def test_settings_that_cannot_be_honoured_are_one_line_errors(pools, message):
     with pytest.raises(ConfigError, match=message):
         scenario_from_dict({"pools": pools})
+
+
+@pytest.mark.parametrize("rates, expected", [
+    (0.7, (0.7, 0.7, 0.7)),                 # one number: every position
+    ([0.6], (0.6, 0.6, 0.6)),               # a list of one, the same
+    ([0.9, 0.8, 0.7, 0.6, 0.5], (0.9, 0.8, 0.7)),  # a longer profile: its first k
+])
+def test_acceptance_rates_broadcast_and_profile_cut(rates, expected):
+    spec = scenario_from_dict({"pools": {"aggregated": {"speculative": {
+        "num_speculative_tokens": 3, "acceptance_rates": rates}}}})
+    got = spec.pools.aggregated.speculative
+    assert got.acceptance_rates == expected
+    # 1 + a1 + a1 a2 + a1 a2 a3, by hand for the first case: 1 + .7 + .49 + .343 = 2.533
+    p, total = 1.0, 1.0
+    for r in expected:
+        p *= r
+        total += p
+    assert got.expected_tokens == pytest.approx(total, rel=1e-12)
+
+
+def test_runs_of_verify_rounds_are_fast_forwarded_and_equal_stepping(monkeypatch):
+    """Runs of verify rounds are laid out ahead (each request's draws taken from its stream in
+    order) and give the records of pass-by-pass stepping, bit for bit, KV pressure included;
+    the plans are really used (not a property that holds because nothing is fast-forwarded)."""
+    from simkit.engine.scheduler.base import Scheduler
+
+    plans = []
+    original = Scheduler.verify_run
+
+    def counting(self, batch, track_used=False):
+        plan = original(self, batch, track_used)
+        if plan is not None:
+            plans.append(plan)
+        return plan
+
+    monkeypatch.setattr(Scheduler, "verify_run", counting)
+    rng = random.Random(5)
+    reqs = []
+    t = 0.0
+    for rid in range(120):
+        t += rng.expovariate(4.0)
+        isl = rng.randint(50, 3000)
+        reqs.append(Request(rid, t, isl, rng.randint(1, 300), tuple(rid % 7 * 100 + j for j in range(-(-isl // 512))), 512))
+    for backend, blocks in (("vllm", 16384), ("vllm", 120), ("trtllm", 400)):
+        data = {"latency": {"kind": "polynomial"},
+                "pools": {"aggregated": {"workers": 2, "backend": backend, "block_size": 64, "num_gpu_blocks": blocks,
+                                         "speculative": {"num_speculative_tokens": 3,
+                                                         "acceptance_rates": [0.9, 0.6, 0.3]}}}}
+        scenario = scenario_from_dict(data)
+        plans.clear()
+        fast = simulate(scenario, reqs, fast_forward=True, record_passes=True)
+        assert len(plans) > 20 and sum(len(p.ctxs) for p in plans) > 200
+        slow = simulate(scenario, reqs, fast_forward=False, record_passes=True)
+        assert fast == slow
+        assert all(r.status == "completed" for r in fast.requests)

@@ -48,7 +48,9 @@ COLUMNS = [
 
 
 def parse_grid(items: Sequence[str]) -> list[tuple[str, list[Any]]]:
-    """``KEY=V1,V2`` strings to ``[(key, [v1, v2])]``; values are YAML scalars.
+    """``KEY=V1,V2`` strings to ``[(key, [v1, v2])]``; values are YAML scalars or flow
+    collections (``KEY=[0.8,0.6],[0.5,0.5]`` is two lists: commas inside brackets, braces or
+    quotes do not split values).
 
     Raises:
         ConfigError: a malformed item, or a key given twice.
@@ -62,8 +64,28 @@ def parse_grid(items: Sequence[str]) -> list[tuple[str, list[Any]]]:
         if key in seen:
             raise ConfigError([f"--grid {key}: given twice"])
         seen.add(key)
-        grid.append((key, [yaml_load(v.strip(), source=f"--grid {key}") for v in text.split(",")]))
+        grid.append((key, [yaml_load(v.strip(), source=f"--grid {key}") for v in _split_values(text)]))
     return grid
+
+
+def _split_values(text: str) -> list[str]:
+    """``text`` split at its commas outside brackets, braces and quotes (unbalanced brackets
+    are left to the YAML parser to report)."""
+    parts, depth, quote, start = [], 0, None, 0
+    for i, ch in enumerate(text):
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "[{":
+            depth += 1
+        elif ch in "]}":
+            depth = max(0, depth - 1)
+        elif ch == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return parts
 
 
 def combinations(grid: list[tuple[str, list[Any]]]) -> list[dict[str, Any]]:

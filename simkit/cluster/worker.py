@@ -33,6 +33,7 @@ from simpy.events import Event
 
 from simkit.spec import PoolSpec
 from simkit.engine.latency import LatencyModel
+from simkit.engine.latency.base import _accumulate
 from simkit.cluster.messages import Drain, Handoff, Inbox, Released, Reserve
 from simkit.cluster.probe import COMPLETED, REJECTED, Probe
 from simkit.core.records import PassRecord
@@ -215,12 +216,19 @@ class Worker:
         """Pass records of the first ``n`` passes of fast-forwarded ``run``, equal to those
         pass-by-pass stepping makes: pass i's KV is what its own allocation would hold (blocks for
         computed + i + 1 tokens, plus the newest token's slot where the engine gives one)."""
-        bs = self.sched.block_size
-        slot = self.sched.decode_slot  # the newest token's KV slot, where the engine gives one
-        first = [-(-(c + 1 + slot) // bs) for c in run.computed0]
         batch = run.batch
         n_req, ctx = batch.decode_requests, batch.decode_context_tokens
         prev = run.start
+        plan = batch.verify_run
+        if plan is not None:  # verify rounds: the plan's contexts and blocks
+            for i, end in enumerate(run.ends[:n]):
+                self.pass_log.append(PassRecord(self.pool, self.wid, prev, end, 0, n_req, plan.ctxs[i],
+                                                plan.used[i], 0, 0))
+                prev = end
+            return
+        bs = self.sched.block_size
+        slot = self.sched.decode_slot  # the newest token's KV slot, where the engine gives one
+        first = [-(-(c + 1 + slot) // bs) for c in run.computed0]
         for i, end in enumerate(run.ends[:n]):
             used = run.used0 + sum(max(0, -(-(c + i + 1 + slot) // bs) - b) for c, b in zip(run.computed0, first))
             self.pass_log.append(PassRecord(self.pool, self.wid, prev, end, 0, n_req, ctx + i * n_req, used,
@@ -249,9 +257,25 @@ class Worker:
             return
         rids, finished = self.sched.advance_decode_run(batch, max(started, batch.run_started), max(done, old))
         if done > old:
-            self.probe.token_run(rids, ends[old:done])
+            self._run_tokens(batch, rids, ends[old:done])
         for seq in finished:  # (none: a run's last pass end is an event, handled before any read)
-            self.probe.finished(seq.rid, ends[done - 1], COMPLETED)
+            self._completed(seq, ends[done - 1])
+
+    def _run_tokens(self, batch, rids: list, times: list) -> None:
+        """Tokens of passes of a fast-forwarded run ending at ``times``: ``rids`` one token each
+        per pass, or (verify rounds) ``rids[i]`` the ids pass i emitted, once per token."""
+        if batch.verify_run is None:
+            self.probe.token_run(rids, times)
+        else:
+            tokens = self.probe.tokens
+            for emitted, at in zip(rids, times):
+                tokens(emitted, at)
+
+    def _completed(self, seq, at: float) -> None:
+        st = seq.spec
+        if st is not None and st.rounds:
+            self.probe.speculated(seq.rid, st.rounds, st.accepted, st.tokens, st.by_position, st.tried)
+        self.probe.finished(seq.rid, at, COMPLETED)
 
     # ------------------------------------------------------------------ read-only snapshot
     # (what routing policies may read; see simkit.cluster.router.Routable)
@@ -493,8 +517,9 @@ class Worker:
             deferring = self.async_scheduling
             if self.fast_forward and not pending_reserve and not self.deferred:
                 k = sched.decode_run_length(batch)
-                if k > 1:
-                    yield from self._decode_run(batch, k)
+                plan = sched.verify_run(batch, self.pass_log is not None) if k == 1 and sched.speculative is not None else None
+                if k > 1 or plan is not None:
+                    yield from self._decode_run(batch, k, plan)
                     self.in_pass = False
                     self.reserve_credit = 1  # the pass end retries a pending reservation
                     continue
@@ -523,16 +548,13 @@ class Worker:
             if emitted:
                 probe.tokens([s.rid for s in emitted], now)
             for seq in finished:
-                st = seq.spec
-                if st is not None and st.rounds:
-                    probe.speculated(seq.rid, st.rounds, st.accepted, st.tokens, st.by_position, st.tried)
-                probe.finished(seq.rid, now, COMPLETED)
+                self._completed(seq, now)
             block_size = sched.block_size
             for seq in prefilled:
                 probe.prefilled(seq.rid, now)
                 self.handoff(Handoff(seq.req, seq.keys, block_size), self)
 
-    def _decode_run(self, batch, k: int):
+    def _decode_run(self, batch, k: int, plan=None):
         """Fast-forward: run up to k identical pure-decode passes without a SimPy event each.
 
         Pass i's context is the first pass's plus (i - 1) tokens per request, so its time is
@@ -544,6 +566,9 @@ class Worker:
         in pieces when something reads the worker's state mid-run (:meth:`settle`).
 
         ``k`` is :meth:`~simkit.engine.scheduler.VllmScheduler.decode_run_length` of ``batch`` (> 1).
+        Verify rounds (speculative decoding) grow each context by a drawn number of tokens:
+        ``plan`` (:meth:`~simkit.engine.scheduler.base.Scheduler.verify_run`) lays their passes
+        out, one pass beyond those timed, and says where the run ends.
 
         Yields: the inbox get OR the end of the current chunk, per chunk; after an arrival,
         a timeout to the pass end that follows it.
@@ -553,8 +578,13 @@ class Worker:
         horizon = self.horizon
         if self.clock is not None:
             horizon = self.clock.next_at if horizon is None else min(horizon, self.clock.next_at)
-        may_evict = self.kv_listener is not None and sched.decode_run_blocks(batch, k) > sched.kv.free_anon
-        run = self.run = DecodeRun(batch, env.now, k, may_evict)
+        if plan is not None:  # each pass emits a token at least: the fewest tokens left bound it
+            k = len(plan.ctxs) if plan.closed else min(s.output_len - s.generated for s in plan.seqs)
+            may_evict = False  # a plan stops before a pass that would evict
+        else:
+            may_evict = self.kv_listener is not None and sched.decode_run_blocks(batch, k) > sched.kv.free_anon
+        run = self.run = DecodeRun(batch, env.now, k if plan is None else len(plan.ctxs), may_evict)
+        pass_time_s = self.latency.pass_time_s
         if self.pass_log is not None:
             run.used0 = sched.kv.used_blocks
             run.computed0 = [seq.computed for seq, _, _ in batch.entries]
@@ -564,8 +594,16 @@ class Worker:
         with self.inbox.get() as get:
             while len(ends) < k:
                 done = len(ends)
-                more_dts, more_ends = self.latency.decode_run(
-                    n_req, ctx + done * n_req, min(chunk, k - done), ends[-1] if ends else env.now)
+                if plan is None:
+                    more_dts, more_ends = self.latency.decode_run(
+                        n_req, ctx + done * n_req, min(chunk, k - done), ends[-1] if ends else env.now)
+                else:
+                    plan.extend(done + chunk + 1)  # one pass beyond: a settle may start it
+                    if plan.closed:
+                        k = len(plan.ctxs)
+                    run.passes = len(plan.ctxs)
+                    more_dts = [pass_time_s(0, n_req, c) for c in plan.ctxs[done:done + min(chunk, k - done)]]
+                    more_ends = _accumulate(ends[-1] if ends else env.now, more_dts)
                 capped = horizon is not None and more_ends[-1] > horizon
                 if capped:  # passes past the cap never end: leave them to the per-pass path
                     keep = bisect_right(more_ends, horizon)
@@ -601,10 +639,10 @@ class Worker:
         if self.on_pass_end is not None:
             self.on_pass_end()
         if n > old:  # (a settle may have applied them all: a message at a pass end it read)
-            self.probe.token_run(rids, ends[old:n])
+            self._run_tokens(batch, rids, ends[old:n])
         now = env.now
         for seq in finished:
-            self.probe.finished(seq.rid, now, COMPLETED)
+            self._completed(seq, now)
         if msg is not None:  # back to the inbox: the loop takes it as pass-by-pass stepping would
             self.in_hand = None
             self.inbox.put_back(msg)

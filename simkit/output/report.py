@@ -296,6 +296,12 @@ def render_text(summary: dict[str, Any], title: str = "") -> str:
     gh = sum(summary["gpu_hours"].values())
     lines.append(f"worker-seconds: {ws}; GPU-hours {gh:.3f}; prefix cache hit ratio "
                  f"{summary['prefix_cache_hit_ratio']:.3f}")
+    spec = summary.get("speculative")
+    if spec is not None:
+        rates = ", ".join("-" if a is None else f"{a:.2f}" for a in spec["acceptance_by_position"])
+        lines.append(f"speculative: {spec['accept_length']:.2f} tokens per verify round "
+                     f"({spec['tokens_per_round']:.2f} after output cuts) over {spec['verify_rounds']} "
+                     f"rounds; acceptance by draft position {rates}")
     if "workers" in summary:
         lines.append("planner: " + ", ".join(
             f"{pool} {w['min_active']}-{w['max_active']} active (mean {w['mean_provisioned']:.2f} provisioned)"

@@ -147,7 +147,10 @@ def _describe(value: Any) -> str:
 
 
 def _float_tuple(value: Any, _type: Any) -> tuple:
-    """A list of numbers (a string such as Dynamo's ``"0.85,0.3"`` is not one)."""
+    """A list of numbers, or one number as a list of one (a string such as Dynamo's
+    ``"0.85,0.3"`` is neither)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return (converter.structure(value, float),)
     if not isinstance(value, (list, tuple)):
         raise TypeError(f"expected a list of numbers such as [0.85, 0.3], got {_describe(value)}")
     return tuple(converter.structure(v, float) for v in value)

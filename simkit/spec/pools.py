@@ -127,7 +127,8 @@ class SpeculativeSpec:
     method: Literal["mtp", "eagle", "ngram", "draft_model"] = "mtp"
     num_speculative_tokens: int = field(default=1, validator=[_positive, _at_most(16)])
     #: per draft position, the probability of acceptance given the earlier ones were accepted;
-    #: null: Dynamo's default 0.85, 0.3, then 0
+    #: one number: that rate at every position; a list longer than k: its first k (so one
+    #: profile serves a sweep over num_speculative_tokens); null: Dynamo's default 0.85, 0.3, then 0
     acceptance_rates: Optional[tuple[float, ...]] = None
     sampling: Literal["sampled", "expected"] = "sampled"
     seed: Optional[int] = field(default=None, validator=[_non_negative, _at_most((1 << 63) - 1)])
@@ -136,11 +137,15 @@ class SpeculativeSpec:
     budget_counts_drafts: bool = True
 
     def __attrs_post_init__(self) -> None:
-        rates = self.acceptance_rates
+        rates, k = self.acceptance_rates, self.num_speculative_tokens
         if rates is not None:
-            if len(rates) != self.num_speculative_tokens:
-                raise FieldValueError("acceptance_rates", f"'acceptance_rates' needs one rate per draft token: "
-                                      f"{self.num_speculative_tokens}, got {len(rates)}")
+            if len(rates) == 1:  # one rate: every draft position
+                rates = rates * k
+            elif len(rates) < k:
+                raise FieldValueError("acceptance_rates", f"'acceptance_rates' needs a rate per draft token "
+                                      f"({k}) or one rate for all, got {len(rates)}")
+            rates = rates[:k]  # a longer profile: its first k positions (one profile serves a sweep of k)
+            object.__setattr__(self, "acceptance_rates", rates)
             if not all(0.0 <= r <= 1.0 for r in rates):
                 raise FieldValueError("acceptance_rates", f"'acceptance_rates' must be numbers in [0, 1]: "
                                       f"{list(rates)}")

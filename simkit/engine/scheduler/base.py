@@ -33,7 +33,7 @@ from typing import Optional, Sequence
 
 from simkit.spec import PoolSpec
 from simkit.engine.kvcache import KvCache
-from simkit.engine.scheduler.speculative import Acceptance, SpecStats
+from simkit.engine.scheduler.speculative import Acceptance, SpecStats, VerifyRun
 from simkit.core.request import Request
 
 __all__ = ["Seq", "Batch", "Scheduler", "private_suffixes"]
@@ -98,7 +98,7 @@ class Batch:
 
     __slots__ = ("entries", "prefill_tokens", "prefill_requests", "prefill_start_tokens",
                  "decode_requests", "decode_context_tokens", "admitted", "preempted", "run_started", "run_done",
-                 "decode_budget")
+                 "decode_budget", "verify_run")
 
     def __init__(self) -> None:
         self.entries: list[tuple[Seq, int, bool]] = []
@@ -117,6 +117,8 @@ class Batch:
         #: tokens of ``max_num_batched_tokens`` the decode requests take (one each; k + 1 for a
         #: speculative verify round that counts its drafts)
         self.decode_budget = 0
+        #: a fast-forwarded run of verify rounds: its plan (:meth:`Scheduler.verify_run`)
+        self.verify_run: Optional[VerifyRun] = None
 
 
 class Scheduler:
@@ -126,6 +128,9 @@ class Scheduler:
 
     #: free blocks leave in the order of their release (vLLM's free queue), not of their last use
     EVICT_BY_TOUCH = False
+    #: runs of verify rounds may be fast-forwarded (:meth:`verify_run`); an engine whose decode
+    #: passes change more state than tokens and KV blocks says no
+    FAST_VERIFY_RUNS = True
 
     def __init__(self, spec: PoolSpec, role: str) -> None:
         if role not in ("aggregated", "prefill", "decode"):
@@ -379,7 +384,7 @@ class Scheduler:
         passes are free now (so no pass can preempt). Returns k >= 1 (k = 1: no run).
         """
         if batch.prefill_tokens or batch.admitted or batch.preempted or self.waiting or self.speculative:
-            return 1  # (verify rounds emit a drawn number of tokens: stepped pass by pass)
+            return 1  # (verify rounds emit a drawn number of tokens: see verify_run)
         entries = batch.entries
         if len(entries) != len(self.running):
             return 1  # the budget cut the batch short: later passes could differ
@@ -410,6 +415,95 @@ class Scheduler:
             k = lo
         return k
 
+    def verify_run(self, batch: Batch, track_used: bool = False) -> Optional[VerifyRun]:
+        """The plan of a fast-forwarded run of verify rounds starting with ``batch`` (see
+        :class:`~simkit.engine.scheduler.speculative.VerifyRun`), or None when ``batch`` cannot
+        start one: not every request is a decode step (a prompt, an admission, a preemption,
+        a request waiting or left out by the budget), or not even its second pass is certain.
+        ``track_used``: the plan keeps each pass's KV blocks in use (pass records)."""
+        if self.speculative is None or not self.FAST_VERIFY_RUNS:
+            return None
+        if batch.prefill_tokens or batch.admitted or batch.preempted or self.waiting:
+            return None
+        entries = batch.entries
+        if len(entries) != len(self.running):
+            return None
+        if self.decode_slot:
+            return None  # (an engine giving the newest token a slot: not laid out; see FAST_VERIFY_RUNS)
+        plan = VerifyRun([seq for seq, _, _ in entries], batch.decode_context_tokens, self.kv.used_blocks,
+                         self.kv.free_anon, self.spec_k, self.block_size, track_used)
+        plan.extend(2)
+        if len(plan.ctxs) < 2:
+            return None
+        batch.verify_run = plan
+        return plan
+
+    def _advance_verify_run(self, batch: Batch, started: int, done: int) -> tuple[list[list[int]], list[Seq]]:
+        """:meth:`advance_decode_run` for a run of verify rounds: each pass completed as
+        :meth:`complete` completes a decode step (the round's tokens, the rejected drafts'
+        blocks freed) and each pass scheduled as :meth:`schedule` schedules one (room for the
+        round's drafts); returns each newly completed pass's emitted request ids (a request
+        once per token) and the requests that finished."""
+        seqs = batch.verify_run.seqs
+        emitted_by_pass = []
+        finished = []
+        bs, slot, kv = self.block_size, self.decode_slot, self.kv
+        while batch.run_done < done:
+            if batch.run_started == batch.run_done:
+                self._schedule_verify_pass(seqs)
+                batch.run_started += 1
+            emitted = []
+            freed = 0
+            for seq in seqs:
+                # _verify and _trim, inlined (the hot loop of speculative runs)
+                acc = seq.acc
+                j = acc.ahead.popleft() if acc.ahead else acc.accepted()
+                left = seq.output_len - seq.generated
+                tokens = 1 + j if j < left else (left if left > 1 else 1)
+                seq.spec.record(j, tokens)
+                seq.generated += tokens
+                seq.computed += tokens
+                emitted.extend([seq.rid] * tokens)
+                if tokens >= left:
+                    finished.append(seq)
+                else:
+                    extra = len(seq.held) + seq.anon - -(-(seq.computed + slot) // bs)
+                    if extra > 0 and seq.anon >= extra:
+                        seq.anon -= extra
+                        freed += extra
+            if freed:
+                kv.release((), freed)
+            emitted_by_pass.append(emitted)
+            batch.run_done += 1
+        if batch.run_started < started:
+            self._schedule_verify_pass(seqs)
+            batch.run_started += 1
+        self._retire(finished)
+        return emitted_by_pass, finished
+
+    def _retire(self, finished: list) -> None:
+        """Take the ``finished`` requests of a run out of ``running`` and free their KV."""
+        if finished:
+            gone = {id(s) for s in finished}
+            self.running = [s for s in self.running if id(s) not in gone]
+            for seq in finished:
+                self._free(seq)
+                seq.held, seq.anon = [], 0
+
+    def _schedule_verify_pass(self, seqs: list) -> None:
+        """KV room for the next verify round of each of ``seqs`` (``decode_width``, inlined)."""
+        bs = self.block_size
+        k1 = self.spec_k + 1
+        total = 0
+        for seq in seqs:
+            left = seq.output_len - seq.generated
+            need = -(-(seq.computed + 1 + (k1 if k1 < left else (left if left > 1 else 1))) // bs) \
+                - len(seq.held) - seq.anon
+            if need > 0:
+                seq.anon += need
+                total += need
+        self.kv.allocate(total)
+
     def decode_run_blocks(self, batch: Batch, passes: int) -> int:
         """KV blocks the passes after the first of a run of ``passes`` repeats of the pure-decode
         ``batch`` allocate (the first's were allocated by :meth:`schedule`)."""
@@ -431,6 +525,8 @@ class Scheduler:
         per-pass allocations would), so a run can be applied in pieces (a router reading the
         worker mid-run, :meth:`simkit.cluster.worker.Worker.settle`) or at once.
         """
+        if batch.verify_run is not None:
+            return self._advance_verify_run(batch, started, done)
         bs = self.block_size
         slot = self.decode_slot
         passes = done - batch.run_done
@@ -451,12 +547,7 @@ class Scheduler:
                 finished.append(seq)
         self.kv.allocate(extra)
         batch.run_started, batch.run_done = started, done
-        if finished:
-            gone = {id(s) for s in finished}
-            self.running = [s for s in self.running if id(s) not in gone]
-            for seq in finished:
-                self._free(seq)
-                seq.held, seq.anon = [], 0
+        self._retire(finished)
         return rids, finished
 
     def complete_decode_run(self, batch: Batch, passes: int) -> tuple[list[int], list[Seq]]:

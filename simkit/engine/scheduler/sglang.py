@@ -49,6 +49,9 @@ class SglangScheduler(VllmScheduler):
 
     #: the radix cache evicts the least recently used leaf (see KvCache.release)
     EVICT_BY_TOUCH = True
+    #: a decode pass also decays the new-token ratio and touches the pages generated tokens
+    #: complete: verify rounds (several tokens a pass) are stepped pass by pass
+    FAST_VERIFY_RUNS = False
     #: SGLang's defaults: initial new-token ratio (x schedule_conservativeness), its floor as a
     #: fraction of that, and the passes the linear decay takes
     INIT_NEW_TOKEN_RATIO = 0.7
