@@ -214,6 +214,7 @@ class Simulation:
         self._pass_end_hook = None  # set once the router exists (router queue thresholds)
         self._kv_listener = None  # set once the router exists (a KV-aware router's KV events)
         self._clock = None  # the planner, once it exists (fast-forward horizon)
+        self.router: Optional[Router] = None
         latencies = {}
         event_lag_s = scenario.router.kv_event_lag_ms * S_PER_MS if isinstance(scenario.router, KvAwareRouter) else 0.0
         #: same-instant pass boundaries: the decode pool's first, then the prompt pool's (measured
@@ -237,6 +238,8 @@ class Simulation:
                         worker.publish_kv_events(self._kv_listener, event_lag_s)
                 worker.sched.private_ids = private
                 worker.clock = self._clock
+                if self.router is not None:  # a worker the planner adds
+                    self._wire_pairing(worker)
                 return worker
 
             pool = self.worker_pools[name] = WorkerPool(env, name, spec, make_worker, self.gpus, spec.workers)
@@ -266,9 +269,9 @@ class Simulation:
                 worker.publish_kv_events(self._kv_listener, event_lag_s)
         if self.link is not None and scenario.link.timing_mode == "destination_missing":
             self.link.place = self.router.place_decode
-        if self.router.pair_at_dispatch:
-            for worker in self.pools["decode"]:
-                worker.on_reserved = self.router.send_reserved
+        for name in ("decode", entry_name):
+            for worker in self.pools.get(name, ()):
+                self._wire_pairing(worker)
         if scenario.router_queue.enabled:
             self._pass_end_hook = self.router.poke
             for worker in self.pools[entry_name]:
@@ -290,6 +293,15 @@ class Simulation:
                 for worker in workers:
                     worker.clock = self.planner
         self._started = False
+
+    def _wire_pairing(self, worker: Worker) -> None:
+        """With decode workers paired at dispatch (SGLang): a decode worker sends a request on
+        once it reserved room, and a prompt worker rejecting a request frees that room."""
+        if self.router.pair_at_dispatch:
+            if worker.role == "decode":
+                worker.on_reserved = self.router.send_reserved
+            else:
+                worker.on_rejected = self.router.unreserve
 
     def start(self) -> None:
         """Start every process in the documented order (idempotent): workers by pool then
@@ -319,21 +331,22 @@ class Simulation:
         cap = self.scenario.max_sim_time_s
         reason, detail = "completed", None
         try:
+            until = done if cap is None else env.any_of([done, env.timeout(cap)])
             if check:
-                self._run_checked(done, cap)
+                self._run_checked(until)
             else:
-                env.run(until=done if cap is None else env.any_of([done, env.timeout(cap)]))
+                env.run(until=until)
             if not done.triggered:
                 reason = "time_cap"
             else:  # the last request ended: let that instant settle (a prefill worker frees KV)
                 while env._queue and env.peek() <= env.now:
                     env.step()
         except Stuck as exc:  # or a user policy's error (its own reason)
-            reason, detail = exc.reason, str(exc)
+            reason, detail = exc.reason, str(exc) + self._stop_runs()
         except InvariantError as exc:
             reason, detail = "check_failed", str(exc)
         except KeyboardInterrupt:
-            reason, detail = "interrupted", f"interrupted by the user at t={env.now:.6f} s"
+            reason, detail = "interrupted", f"interrupted by the user at t={env.now:.6f} s" + self._stop_runs()
         except (RuntimeError, EmptySchedule) as exc:  # nothing left to happen while work remains
             if not isinstance(exc, EmptySchedule) and "No scheduled events left" not in str(exc):
                 raise
@@ -363,13 +376,29 @@ class Simulation:
             records = attrs.evolve(records, pass_log=tuple(p for w in workers for p in w.pass_log))
         return records
 
-    def _run_checked(self, done, cap: Optional[float]) -> None:
+    def _stop_runs(self) -> str:
+        """A run stopped between events (Ctrl-C, a policy's error): the fast-forwarded decode
+        runs under way count the passes that ended by now, their tokens and completions
+        included, as pass-by-pass stepping would have recorded them (a run that ends normally,
+        or at its time cap, never leaves one under way past its end). Returns a note for the
+        diagnostic when one could not be (the stop interrupted a cascade half way)."""
+        failed = []
+        for workers in self.pools.values():
+            for worker in workers:
+                try:
+                    worker.stop_run()
+                except Exception:  # noqa: BLE001 - the records keep what was recorded before
+                    failed.append(worker.name)
+        if failed:
+            return f" (the decode runs under way on {', '.join(failed)} could not be brought up to the stop)"
+        return ""
+
+    def _run_checked(self, until) -> None:
+        """``env.run(until=until)`` one event at a time, checking the state at every settled
+        instant: the same events run (those of the cap's instant queued before the cap's own
+        timeout included), so checking changes no result."""
         env = self.env
-        while not done.triggered:
-            if cap is not None and env.peek() > cap:
-                if env.now < cap:
-                    env.run(until=cap)  # the cap ends the run between events
-                return
+        while not until.processed:
             env.step()
             if env.peek() > env.now:  # the instant is settled: every cascade at `now` is done
                 self.check_invariants()

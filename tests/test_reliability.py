@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from simkit import override
 from simkit.cli import main
 from simkit.engine.scheduler import VllmScheduler
 from simkit.sim import build, simulate
@@ -200,3 +201,102 @@ def test_without_chunked_prefill_a_request_whose_recompute_cannot_fit_a_pass_is_
     # 248 + 8 = 256 fits: served
     records = simulate(s, [Request(0, 0.0, 248, 9, (0, 1, 2, 3), 64), Request(1, 0.0, 1, 11, (0,), 64)], check=True)
     assert [r.status for r in records.requests] == ["completed", "completed"]
+
+
+@pytest.mark.parametrize("prefill_backend", ["vllm", "sglang", "trtllm"])
+@pytest.mark.parametrize("why", ["kv", "max_model_len"])
+def test_a_request_its_prefill_worker_rejects_frees_the_room_its_decode_worker_reserved(prefill_backend, why):
+    """SGLang pairs the decode worker at dispatch and reserves the prompt's pages there before
+    the prefill; a prefill worker that rejects the request must give that room back. Four
+    1000-token prompts the prefill side rejects (63 pages of 16 against 40, or beyond
+    max_model_len 500) would otherwise hold 3 x 63 of the decode worker's 200 pages for good
+    and the fifth request would wait forever. The fifth's records equal those of a run
+    without the four."""
+    from simkit import scenario_from_dict
+
+    prefill = {"workers": 1, "backend": prefill_backend, "block_size": 16, "num_gpu_blocks": 40}
+    if why == "max_model_len":
+        prefill.update(num_gpu_blocks=4000, max_model_len=500, max_model_len_action="reject")
+    data = {"latency": {"kind": "constant", "prefill_ms": 30.0, "decode_ms": 8.0},
+            "pools": {"prefill": prefill,
+                      "decode": {"workers": 1, "backend": "sglang", "block_size": 16, "num_gpu_blocks": 200}}}
+    reqs = [req(i, 10.0 * i, 1000, 5) for i in range(4)] + [req(4, 1000.0, 100, 5)]
+    records = simulate(scenario_from_dict(data), reqs)
+    assert [r.status for r in records.requests] == ["rejected"] * 4 + ["completed"]
+    alone = simulate(scenario_from_dict(data), [req(0, 1000.0, 100, 5, ids=reqs[4].hash_ids)])
+    last, ref = records.requests[4], alone.requests[0]
+    assert (last.first_token_at, last.last_token_at) == (ref.first_token_at, ref.last_token_at)
+    # 30 ms prefill, then the first of 5 decode steps of 8 ms on the decode worker
+    assert last.first_token_at - last.arrived_at == pytest.approx(0.038, abs=1e-12)
+
+
+class _FailsOnSecond:
+    def __init__(self):
+        self.calls = 0
+
+    def pick(self, request, workers):
+        self.calls += 1
+        if self.calls == 2:
+            raise ValueError("no second pick")
+        return workers[0]
+
+
+@pytest.mark.parametrize("stop", ["policy_error", "interrupt"])
+def test_a_run_stopped_mid_decode_run_records_what_stepping_records(stop):
+    """A long request decodes in fast-forwarded runs; the run stops at t = 10 s (a router
+    policy's error at the second arrival, or Ctrl-C): the partial records (tokens so far, pass
+    counts, pass records) equal those of pass-by-pass stepping: a 10 ms prefill emits the first
+    token, then one per 4 ms decode step, so 2,498 tokens by t = 10 s, the last at 9.998 s."""
+    from simkit.cluster.plugins import policy_factory
+
+    s = scenario(latency={"kind": "constant", "prefill_ms": 10.0, "decode_ms": 4.0})
+    reqs = [req(0, 0.0, 100, 20000), req(1, 10000.0, 100, 5)]
+    results = []
+    for fast in (True, False):
+        if stop == "policy_error":
+            sim = build(s, reqs, fast_forward=fast, record_passes=True,
+                        router_policy=policy_factory(_FailsOnSecond, "router"))
+        else:
+            sim = build(s, reqs[:1], fast_forward=fast, record_passes=True)
+
+            def ctrl_c(env):
+                yield env.timeout(10.0)
+                raise KeyboardInterrupt
+
+            sim.env.process(ctrl_c(sim.env))
+        results.append(sim.run())
+    fast, slow = results
+    assert fast == slow
+    first = fast.requests[0]
+    assert fast.stop_reason != "completed" and first.status == "incomplete"
+    # 1 + floor((10 - 0.010) / 0.004) = 2498 tokens, the last at 0.010 + 2497 x 0.004 = 9.998 s
+    assert first.output_length == 2498
+    assert first.first_token_at == pytest.approx(0.010) and first.last_token_at == pytest.approx(9.998)
+
+
+@pytest.mark.parametrize("isl", [1000, 100])
+def test_check_mode_runs_the_same_events_at_the_time_cap(isl):
+    """A request arriving exactly at max_sim_time_s (60 s) is not released in a normal run (the
+    cap's own timeout comes first among that instant's events), and checking every instant
+    must not change that: with --check it was rejected (isl 1000 > max_model_len 256) or
+    admitted (isl 100) instead of incomplete."""
+    s = override(scenario(max_model_len=256, max_model_len_action="reject"), {"max_sim_time_s": 60.0})
+    reqs = [req(0, 0.0, 100, 5), req(1, 60000.0, isl, 5)]
+    plain = simulate(s, reqs)
+    checked = simulate(s, reqs, check=True)
+    assert plain == checked
+    assert [r.status for r in plain.requests] == ["completed", "incomplete"]
+    assert plain.requests[1].dispatched_at is None
+
+
+@pytest.mark.parametrize("action", ["cut", "reject"])
+def test_a_prefill_pools_max_model_len_counts_the_prompt_only(action):
+    """A prefill worker computes the prompt and the first token: at max_model_len 160 a
+    150-token prompt with 60 output tokens is served whole (the decode pool has no limit),
+    a 160-token prompt is rejected, whatever the action."""
+    from simkit import scenario_from_dict
+
+    data = {"pools": {"prefill": {"workers": 1, "max_model_len": 160, "max_model_len_action": action},
+                      "decode": {"workers": 1}}}
+    recs = simulate(scenario_from_dict(data), [req(0, 0.0, 150, 60), req(1, 0.0, 160, 5)]).requests
+    assert [(r.status, r.output_length) for r in recs] == [("completed", 60), ("rejected", 0)]

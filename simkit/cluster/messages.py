@@ -118,6 +118,19 @@ class Released:
         return f"Released({self.rid})"
 
 
+class Unreserve:
+    """Router -> decode worker (SGLang-style pairing): the request ``rid`` whose KV room it
+    reserved was rejected by its prefill worker and will never arrive; free the room."""
+
+    __slots__ = ("rid",)
+
+    def __init__(self, rid: int) -> None:
+        self.rid = rid
+
+    def __repr__(self) -> str:
+        return f"Unreserve({self.rid})"
+
+
 class Drain:
     """Pool -> worker: stop taking work; finish what you hold, then stop (scale-down)."""
 
@@ -129,7 +142,7 @@ class Drain:
 
 def carries_request(msg) -> bool:
     """Whether an inbox message is a request (or its handoff), not a control message."""
-    return type(msg) is not Released and type(msg) is not Drain
+    return type(msg) is not Released and type(msg) is not Drain and type(msg) is not Unreserve
 
 
 class Inbox(simpy.Store):

@@ -25,7 +25,7 @@ from simkit.spec import (
     SessionAffinityRouter,
 )
 from simkit.cluster.kv_router import KvAware
-from simkit.cluster.messages import Decide
+from simkit.cluster.messages import Decide, Unreserve
 from simkit.cluster.probe import Probe
 from simkit.cluster.worker import Stuck
 
@@ -233,6 +233,13 @@ class Router:
             decode.request_reservation(request)  # it calls send_reserved once it has room
             return
         self.entry_policy.pick(request, workers).inbox.put(request)
+
+    def unreserve(self, rid: int) -> None:
+        """A prefill worker rejected ``rid``: its paired decode worker frees the room it
+        reserved (otherwise held for good: the decode worker would wait for KV that never comes)."""
+        decode = self.paired.pop(rid, None)
+        if decode is not None:
+            decode.inbox.put(Unreserve(rid))
 
     def send_reserved(self, request) -> None:
         """A decode worker reserved room for ``request``: send it to a prefill worker."""

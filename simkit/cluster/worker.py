@@ -34,7 +34,7 @@ from simpy.events import Event
 from simkit.spec import PoolSpec
 from simkit.engine.latency import LatencyModel
 from simkit.engine.latency.base import _accumulate
-from simkit.cluster.messages import Drain, Handoff, Inbox, Released, Reserve
+from simkit.cluster.messages import Drain, Handoff, Inbox, Released, Reserve, Unreserve
 from simkit.cluster.probe import COMPLETED, REJECTED, Probe
 from simkit.core.records import PassRecord
 from simkit.core.request import Request
@@ -161,6 +161,9 @@ class Worker:
         #: decode pool with pairing at dispatch: called with a request whose KV room this
         #: worker reserved (at its pass boundary), to send it on to a prefill worker
         self.on_reserved: Optional[Callable[[Request], None]] = None
+        #: prefill pool with pairing at dispatch: called with the id of a request this worker
+        #: rejects, whose paired decode worker holds room for it
+        self.on_rejected: Optional[Callable[[int], None]] = None
         #: requests waiting for this (busy) decode worker to reserve room for their KV
         self.pending_reserve: deque = deque()
         #: decode role: rid -> the prefill worker holding its KV, released at its admission
@@ -260,6 +263,20 @@ class Worker:
             self._run_tokens(batch, rids, ends[old:done])
         for seq in finished:  # (none: a run's last pass end is an event, handled before any read)
             self._completed(seq, ends[done - 1])
+
+    def stop_run(self) -> None:
+        """The simulation stopped now, between events: bring a fast-forwarded run under way up
+        to now (:meth:`settle`) and count its passes that ended, as stepping would have."""
+        run = self.run
+        if run is None:
+            return
+        self.settle()
+        n = run.batch.run_done
+        self.run = None
+        self.passes += n
+        self.busy_s += sum(run.dts[:n])
+        if self.pass_log is not None:
+            self._log_run(run, n)
 
     def _run_tokens(self, batch, rids: list, times: list) -> None:
         """Tokens of passes of a fast-forwarded run ending at ``times``: ``rids`` one token each
@@ -411,6 +428,12 @@ class Worker:
             self.pending_reserve.append(msg.seq)
             self.reserve_credit += msg.between_passes
             return
+        if type(msg) is Unreserve:
+            self.sched.unreserve(msg.rid)
+            self.reserve_credit += 1  # room came back: a pending reservation is retried
+            if self.on_pass_end is not None:  # its KV freed: a request held for KV room may go
+                self.on_pass_end()
+            return
         sched = self.sched
         if type(msg) is Handoff:
             rid = msg.request.rid
@@ -434,6 +457,8 @@ class Worker:
             if source is not None:  # never admitted here: the prefill side frees it now
                 source.inbox.put(Released(seq.rid))
             self.probe.finished(seq.rid, self.env.now, REJECTED)
+            if self.on_rejected is not None:  # its paired decode worker frees the room it holds
+                self.on_rejected(seq.rid)
             if self.on_pass_end is not None:  # its queued prompt left: a held request may go
                 self.on_pass_end()
 

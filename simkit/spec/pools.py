@@ -193,7 +193,9 @@ class PoolSpec:
     #: a request whose prompt + output exceeds ``max_model_len``: ``cut`` its output to
     #: ``max_model_len`` - prompt (vLLM's engine stops at the length limit; the reference does
     #: too, measured), or ``reject`` it (vLLM's OpenAI server answers 400). A prompt of
-    #: ``max_model_len`` tokens or more is rejected either way
+    #: ``max_model_len`` tokens or more is rejected either way. On a prefill pool only the
+    #: prompt counts, either way: its worker computes the prompt and the first token (Dynamo's
+    #: disaggregated prefill asks for one token); the decode pool's limit governs the output
     max_model_len_action: Literal["cut", "reject"] = "cut"
     enable_prefix_caching: bool = True
     enable_chunked_prefill: bool = True

@@ -202,11 +202,12 @@ class Scheduler:
     def _within_max_model_len(self, seq: Seq) -> bool:
         """Whether prompt + output is within ``max_model_len`` (when one is set): after
         :meth:`make_seq` cut the output, only a prompt of ``max_model_len`` tokens or more is
-        not (cut), or any longer request (reject)."""
+        not (cut), or any longer request (reject). A prefill worker computes the prompt and
+        its first token only: there the prompt alone counts, either way."""
         limit = self.max_model_len
         if limit is None:
             return True
-        if self.cut_to_max_model_len:
+        if self.cut_to_max_model_len or self.role == "prefill":
             return seq.prompt_len < limit
         return seq.prompt_len + seq.output_len <= limit
 

@@ -116,6 +116,13 @@ class SglangScheduler(VllmScheduler):
         self.reserved[seq.rid] = seq
         return True
 
+    def unreserve(self, rid: int) -> None:
+        """Decode role: the reserved request ``rid`` will never arrive (its prefill worker
+        rejected it): its pages are free and empty again and its cached prefix no longer held."""
+        seq = self.reserved.pop(rid)
+        self.kv.release(seq.held, seq.anon, 0, stamp=seq.stamp)
+        seq.held, seq.anon = [], 0
+
     def activate(self, rid: int) -> None:
         """Decode role: the prompt KV of reserved request ``rid`` arrived; its pages join the
         prefix cache (a page the cache already has is shared, the copy freed) and it joins
