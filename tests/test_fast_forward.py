@@ -168,3 +168,19 @@ def test_a_reservation_reaching_a_fast_forwarded_decode_worker_at_a_pass_end_is_
     fast = simulate(scenario, requests, fast_forward=True, record_passes=True)
     slow = simulate(scenario, requests, fast_forward=False, record_passes=True)
     assert fast == slow
+
+
+def test_runs_cut_at_their_longest_are_equal_to_stepping(monkeypatch):
+    """A run stops after MAX_RUN_PASSES passes and the next starts at that pass boundary, as
+    stepping reaches it (pass times are kept only for a run under way: memory stays bounded
+    for any output length). With the limit at 7 passes, plain and speculative runs."""
+    import simkit.cluster.worker as worker
+
+    monkeypatch.setattr(worker, "MAX_RUN_PASSES", 7)
+    reqs = [Request(i, 0.05 * i, 300 + 40 * i, 90 + 7 * i, (i,), 512) for i in range(6)]
+    for spec in (None, {"num_speculative_tokens": 2, "acceptance_rates": [0.7, 0.5]}):
+        s = scenario_from_dict({"latency": {"kind": "polynomial"},
+                                "pools": {"aggregated": {"workers": 2, "speculative": spec}}})
+        fast = simulate(s, reqs, fast_forward=True, record_passes=True)
+        assert fast == simulate(s, reqs, fast_forward=False, record_passes=True)
+        assert all(r.status == "completed" for r in fast.requests)

@@ -42,6 +42,9 @@ from simkit.engine.scheduler import make_scheduler
 
 #: passes in the first chunk of a fast-forwarded decode run (then doubling)
 FIRST_CHUNK = 128
+#: passes of one fast-forwarded run at most (its pass times are kept while it runs): a longer
+#: stretch is several runs, each ending at a pass boundary as stepping would reach it
+MAX_RUN_PASSES = 1 << 17
 
 #: heap priority behind SimPy's URGENT (0) and NORMAL (1): runs after every same-time event
 LATE = 2
@@ -584,9 +587,10 @@ class Worker:
 
         Pass i's context is the first pass's plus (i - 1) tokens per request, so its time is
         known in advance; pass ends are accumulated exactly as the per-pass path accumulates
-        SimPy time. They are laid out in doubling chunks (16, 32, ... passes) so that a run
-        cut short wastes little. A message arriving in the inbox cuts the run at the first
-        pass end at or after its arrival, the boundary where the per-pass path would take it.
+        SimPy time. They are laid out in doubling chunks (128, 256, ... passes) so that a run
+        cut short wastes little; a run stops after ``MAX_RUN_PASSES`` (the next goes on). A
+        message arriving in the inbox cuts the run at the first pass end at or after its
+        arrival, the boundary where the per-pass path would take it.
         Tokens and completions are applied at the end, with their per-pass times, or earlier
         in pieces when something reads the worker's state mid-run (:meth:`settle`).
 
@@ -605,10 +609,12 @@ class Worker:
             horizon = self.clock.next_at if horizon is None else min(horizon, self.clock.next_at)
         if plan is not None:  # each pass emits a token at least: the fewest tokens left bound it
             k = len(plan.ctxs) if plan.closed else min(s.output_len - s.generated for s in plan.seqs)
+        k = min(k, MAX_RUN_PASSES)
+        if plan is not None:
             may_evict = False  # a plan stops before a pass that would evict
         else:
             may_evict = self.kv_listener is not None and sched.decode_run_blocks(batch, k) > sched.kv.free_anon
-        run = self.run = DecodeRun(batch, env.now, k if plan is None else len(plan.ctxs), may_evict)
+        run = self.run = DecodeRun(batch, env.now, k if plan is None else min(k, len(plan.ctxs)), may_evict)
         pass_time_s = self.latency.pass_time_s
         if self.pass_log is not None:
             run.used0 = sched.kv.used_blocks
@@ -625,8 +631,8 @@ class Worker:
                 else:
                     plan.extend(done + chunk + 1)  # one pass beyond: a settle may start it
                     if plan.closed:
-                        k = len(plan.ctxs)
-                    run.passes = len(plan.ctxs)
+                        k = min(k, len(plan.ctxs))
+                    run.passes = min(k, len(plan.ctxs))
                     more_dts = [pass_time_s(0, n_req, c) for c in plan.ctxs[done:done + min(chunk, k - done)]]
                     more_ends = _accumulate(ends[-1] if ends else env.now, more_dts)
                 capped = horizon is not None and more_ends[-1] > horizon
