@@ -14,7 +14,7 @@ from simkit.core.request import Request
 from simkit.engine.scheduler.sglang import SglangScheduler
 from simkit.sim import simulate
 
-from conftest import P
+from conftest import D, P
 
 
 def ms(seconds):
@@ -198,3 +198,45 @@ def test_known_difference_a_request_that_can_never_fit_is_rejected_not_an_aborte
     for backend in ("vllm", "sglang"):
         records = run(reqs, backend=backend, num_gpu_blocks=10)
         assert [r.status for r in records.requests] == ["rejected", "completed"]
+
+
+# ----------------------------------------------------------------------------- TRT-LLM full reuse
+
+def _req(rid, at_ms, isl, osl, ids, tbs):
+    return Request(rid, at_ms / 1000.0, isl, osl, tuple(ids), tbs)
+
+
+def test_trtllm_prefill_worker_hands_a_fully_cached_prompt_over_at_no_cost():
+    """Disaggregated TRT-LLM: a prompt whose every block the prefill worker caches computes
+    nothing there. Measured: a 48-token prompt (3 blocks of 16) seen before has TTFT 5.749889 ms
+    = the decode worker's first step D(48) alone (C = 16384 x 16); beside a 101-token prompt it
+    rides in that prompt's pass, which is priced as that prompt alone (P(101), not the batch-mean
+    price of two prompts): TTFT 23.809932 ms."""
+    C = 16384 * 16
+    first = [_req(0, 0, 48, 5, [1, 2, 3], 16)]
+    recs = run(first + [_req(1, 100, 48, 5, [1, 2, 3], 16)], mode="disaggregated", backend="trtllm",
+               block_size=16, num_gpu_blocks=16384).requests
+    assert ms(recs[1].ttft_s) == pytest.approx(D(48, C), abs=1e-6)  # 5.749889 measured
+    recs = run(first + [_req(1, 100, 48, 5, [1, 2, 3], 16), _req(2, 100, 101, 5, range(7, 14), 16)],
+               mode="disaggregated", backend="trtllm", block_size=16, num_gpu_blocks=16384).requests
+    # both prompts done at P(101); then each one's first step on the decode worker, together
+    assert ms(recs[1].ttft_s) == ms(recs[2].ttft_s) == pytest.approx(23.809932, abs=1e-5)
+    assert ms(recs[2].ttft_s) - P(101) == pytest.approx(D(48 + 101, C), abs=1e-5)
+
+
+def test_trtllm_a_fully_cached_prompt_joins_a_pass_whose_budget_is_spent_after_the_prompts_that_compute():
+    """Aggregated TRT-LLM, budget 256 tokens, blocks of 32. A cached 64-token prompt S arrives
+    with a new 352-token prompt X behind it: X still gets a 256-token chunk and S its one-token
+    step in the same pass (measured TTFT of S = P(256) + D(64)); of two cached prompts behind
+    X's chunk, one joins that pass, the other the next (measured, reference 1.6.1)."""
+    C = 16384 * 32
+    seen = _req(0, 0, 64, 1, [1], 64)
+    x = [50, 51, 52, 53, 54, 55]
+    recs = run([seen, _req(1, 100, 64, 3, [1], 64), _req(2, 100, 352, 3, x, 64)], backend="trtllm",
+               block_size=32, num_gpu_blocks=16384, max_num_batched_tokens=256).requests
+    assert ms(recs[1].ttft_s) == pytest.approx(P(256) + D(64, C), abs=1e-6)
+    recs = run([seen, _req(1, 100, 352, 3, x, 64), _req(2, 100, 64, 3, [1], 64), _req(3, 100, 64, 4, [1], 64)],
+               backend="trtllm", block_size=32, num_gpu_blocks=16384, max_num_batched_tokens=256).requests
+    first_pass = P(256) + D(64, C)
+    assert ms(recs[2].ttft_s) == pytest.approx(first_pass, abs=1e-6)
+    assert ms(recs[3].ttft_s) > first_pass + 1.0  # the next pass

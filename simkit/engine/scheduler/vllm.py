@@ -175,75 +175,130 @@ class VllmScheduler(Scheduler):
         return False
 
     def _admit(self, batch: Batch, budget: int, only_transferred: bool = False) -> None:
-        bs = self.block_size
-        kv = self.kv
+        """Admit waiting requests, first come first served, into ``batch`` while the token
+        budget, the seats (``max_num_seqs``) and the KV cache allow, stopping at the first that
+        does not fit. With TRT-LLM's full reuse (``REUSE_FULL_HIT``) a fully cached prompt,
+        which computes nothing new, is set aside and admitted after the prompts that compute
+        (on a prefill worker, where it costs no pass time, in its turn), even with the budget
+        spent (0 new tokens fit), its one-token step then overdrawing the budget by one, so one
+        such prompt joins a full pass (the reference's trtllm core, measured: a cached prompt
+        ahead of a 352-token one leaves it a 256-token chunk of a 256-token budget; of two
+        cached prompts beside a chunk that spends it, one joins; a prefill worker hands its
+        prompts over in their order)."""
         waiting = self.waiting
-        running = self.running
-        while waiting and budget > 0 and len(running) < self.max_num_seqs:
+        later: list = []  # fully cached prompts set aside (TRT-LLM)
+        in_order = self.role == "prefill"  # there they cost no pass time: taken in their turn
+        while waiting and len(self.running) < self.max_num_seqs:
             seq = waiting[0]
             if only_transferred and not seq.transferred:
                 break
-            if seq.keys is None:
-                seq.keys = seq.req.block_keys(bs) if self.caching else []
-            keys = seq.keys
-            hits = in_lru = 0
-            if keys:
-                limit = len(keys) if (seq.transferred or self.REUSE_FULL_HIT) else (seq.prefill_target - 1) // bs
-                hits, in_lru = kv.match(keys, limit)
-                if hits and self.drop_last_hit and not seq.transferred:
-                    hits, in_lru = kv.match(keys, hits - 1)
-            start = seq.computed if seq.transferred else hits * bs
-            if start < seq.prefill_target:
-                remaining = seq.prefill_target - start
-                if not self.chunked and remaining > budget:
-                    break
-                n = min(remaining, budget)
-                is_prefill = True
+            full = self.REUSE_FULL_HIT and not seq.transferred and self._fully_cached(seq)
+            if full and not in_order:
+                later.append(waiting.popleft())
+                continue
+            if budget < 0 or (budget == 0 and not full):
+                break
+            used = self._admit_one(batch, seq, budget, overdraw=full)
+            if used is None:
+                break
+            budget -= used
+        for i, seq in enumerate(later):
+            used = None
+            if budget >= 0 and len(self.running) < self.max_num_seqs:
+                used = self._admit_one(batch, seq, budget, overdraw=True)
+            if used is None:
+                waiting.extendleft(reversed(later[i:]))  # back at the head, in their order
+                break
+            budget -= used
+
+    def _fully_cached(self, seq: Seq) -> bool:
+        """Whether every token of ``seq``'s prompt is in the prefix cache (full blocks only)."""
+        if seq.keys is None:
+            seq.keys = seq.req.block_keys(self.block_size) if self.caching else []
+        keys = seq.keys
+        if not keys or len(keys) * self.block_size < seq.prefill_target:
+            return False
+        return self.kv.match(keys, len(keys))[0] == len(keys)
+
+    def _admit_one(self, batch: Batch, seq: Seq, budget: int, overdraw: bool = False) -> Optional[int]:
+        """Admit ``seq`` (the head of ``waiting``, taken off it) into ``batch`` if it fits the
+        ``budget``, the KV cache and the engine's admission rule; returns the budget tokens it
+        takes, or None (nothing changed). ``overdraw``: a fully cached prompt may take its one
+        token from a spent budget."""
+        bs = self.block_size
+        kv = self.kv
+        if seq.keys is None:
+            seq.keys = seq.req.block_keys(bs) if self.caching else []
+        keys = seq.keys
+        hits = in_lru = 0
+        if keys:
+            limit = len(keys) if (seq.transferred or self.REUSE_FULL_HIT) else (seq.prefill_target - 1) // bs
+            hits, in_lru = kv.match(keys, limit)
+            if hits and self.drop_last_hit and not seq.transferred:
+                hits, in_lru = kv.match(keys, hits - 1)
+        start = seq.computed if seq.transferred else hits * bs
+        if start < seq.prefill_target:
+            remaining = seq.prefill_target - start
+            if budget <= 0 or (not self.chunked and remaining > budget):
+                return None
+            n = min(remaining, budget)
+            is_prefill = True
+        else:
+            # the whole prompt's KV is here: a transferred one takes a decode step; a full
+            # hit where the engine reuses every block (REUSE_FULL_HIT) computes its last token
+            # again for the first output token, a one-token step priced as a decode step;
+            # on a prefill worker such a prompt is done with nothing to compute: it joins
+            # the pass at no cost and goes to the handoff at its end (the reference's trtllm
+            # core, measured: a cached 48-token prompt alone takes no time there)
+            if self.role == "prefill" and not seq.transferred:
+                n, is_prefill = 0, True
             else:
-                # the whole prompt's KV is here: a transferred one takes a decode step; a full
-                # hit where the engine reuses every block (REUSE_FULL_HIT) computes its last token
-                # again for the first output token, a one-token step priced as a decode step
                 if not seq.transferred:
                     start = seq.prefill_target - 1
                 n = 1
                 is_prefill = False
-            # a verify round's drafts (a decode step, or the prompt's end with verify_in_prefill)
-            verify_end = is_prefill and self.verify_in_prefill and seq.acc is not None and start + n == seq.prefill_target
-            width = self.decode_width(seq) - 1 if (not is_prefill or verify_end) else 0
-            if not is_prefill and self.decode_budget_tokens(width + 1) > budget:
-                break
-            whole = -(-max(seq.prefill_target, start + n + width) // bs) - hits
-            if whole > kv.free_blocks - in_lru:
-                break
-            if not self._admissible(seq, hits, in_lru):
-                break
-            waiting.popleft()
-            if hits:
-                kv.acquire(keys[:hits])
-                seq.held = keys[:hits]
-            alloc = -(-(start + n + width) // bs) - hits
-            kv.allocate(alloc)
-            seq.anon = alloc
-            seq.computed = start
-            if is_prefill:
-                self._register(seq, hits, start + n)
+        # a verify round's drafts (a decode step, or the prompt's end with verify_in_prefill)
+        verify_end = is_prefill and self.verify_in_prefill and seq.acc is not None and start + n == seq.prefill_target
+        width = self.decode_width(seq) - 1 if (not is_prefill or verify_end) else 0
+        if not is_prefill and self.decode_budget_tokens(width + 1) > budget and not (overdraw and budget == 0):
+            return None
+        whole = -(-max(seq.prefill_target, start + n + width) // bs) - hits
+        if whole > kv.free_blocks - in_lru:
+            return None
+        if not self._admissible(seq, hits, in_lru):
+            return None
+        if self.waiting and self.waiting[0] is seq:
+            self.waiting.popleft()
+        if hits:
+            kv.acquire(keys[:hits])
+            seq.held = keys[:hits]
+        alloc = -(-(start + n + width) // bs) - hits
+        kv.allocate(alloc)
+        seq.anon = alloc
+        seq.computed = start
+        if is_prefill:
+            self._register(seq, hits, start + n)
+            if n:
                 batch.prefill_tokens += n
                 batch.prefill_requests += 1
                 batch.prefill_start_tokens += start
-                if verify_end:
-                    batch.decode_requests += 1  # priced as a decode step over the prompt too
-                    batch.decode_context_tokens += seq.prefill_target
-                budget -= n
-            else:
-                self._register(seq, hits, seq.prompt_len)
-                batch.decode_requests += 1
-                batch.decode_context_tokens += start + n
-                used = self.decode_budget_tokens(width + 1)
-                batch.decode_budget += used
-                budget -= used
-            batch.entries.append((seq, n, is_prefill))
-            batch.admitted.append((seq, 0 if seq.transferred else hits * bs))
-            running.append(seq)
+            if verify_end:
+                batch.decode_requests += 1  # priced as a decode step over the prompt too
+                batch.decode_context_tokens += seq.prefill_target
+            # a prompt with nothing to compute is not one of the pass's prefills, but takes a
+            # token of the budget, as the one-token step it is elsewhere (measured: of two
+            # cached prompts on a TRT-LLM prefill worker whose budget is spent, one joins)
+            used = n if n else 1
+        else:
+            self._register(seq, hits, seq.prompt_len)
+            batch.decode_requests += 1
+            batch.decode_context_tokens += start + n
+            used = self.decode_budget_tokens(width + 1)
+            batch.decode_budget += used
+        batch.entries.append((seq, n, is_prefill))
+        batch.admitted.append((seq, 0 if seq.transferred else hits * bs))
+        self.running.append(seq)
+        return used
 
     def _admissible(self, seq: Seq, hits: int, in_lru: int) -> bool:
         """An admission rule beyond the whole remaining prompt fitting in the free blocks, for
