@@ -260,3 +260,14 @@ def test_runs_of_verify_rounds_are_fast_forwarded_and_equal_stepping(monkeypatch
         slow = simulate(scenario, reqs, fast_forward=False, record_passes=True)
         assert fast == slow
         assert all(r.status == "completed" for r in fast.requests)
+
+
+def test_a_request_that_fits_only_without_the_drafts_room_is_rejected_up_front():
+    """Known difference: 48 + 17 tokens in a 64-slot cache (4 blocks of 16) complete without
+    speculation (the KV holds prompt + output - 1 = 64 tokens at the end), but a round with
+    k = 5 near the end needs L + min(6, output left) slots: the reference preempts it and
+    prefills it again forever (measured: it never ends); simkit rejects it at once."""
+    for spec, status in ((None, "completed"), ({"num_speculative_tokens": 5, "acceptance_rates": 0.0}, "rejected")):
+        scenario = scenario_from_dict({"latency": {"kind": "polynomial"}, "pools": {"aggregated": {
+            "block_size": 16, "num_gpu_blocks": 4, "enable_prefix_caching": False, "speculative": spec}}})
+        assert simulate(scenario, [Request(0, 0.0, 48, 17, None, 16)]).requests[0].status == status
