@@ -2,8 +2,9 @@
 [--out DIR] [--force] [--check] [--per-pass] [--no-plots] [--quiet] ...`` runs a scenario
 (:mod:`simkit.cli.run`); the subcommands are ``python -m simkit compare RUN_DIR ... [--plot
 FILE]`` (:mod:`simkit.cli.compare`), ``python -m simkit step --model M --gpu G ...``
-(:mod:`simkit.cli.step`) and ``python -m simkit sweep SCENARIO.yaml --grid KEY=V1,V2 ...``
-(:mod:`simkit.cli.sweep`). Each has its own ``--help``.
+(:mod:`simkit.cli.step`), ``python -m simkit sweep SCENARIO.yaml --grid KEY=V1,V2 ...``
+(:mod:`simkit.cli.sweep`) and ``python -m simkit capacity SCENARIO.yaml`` (:mod:`simkit.cli.capacity`).
+Each has its own ``--help``.
 
 Exit codes: 0 success (including a run cut by ``max_sim_time_s``); 2 bad input (scenario, trace,
 arguments, output folder), reported as one line per problem on stderr with no traceback and no
@@ -52,6 +53,8 @@ def _subcommand(name: str):
         from simkit.cli.step import step_main as entry
     elif name == "sweep":
         from simkit.cli.sweep import main as entry
+    elif name == "capacity":
+        from simkit.cli.capacity import main as entry
     else:
         return None
     return entry

@@ -28,8 +28,9 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m simkit",
         description="Simulate LLM serving (aggregated or disaggregated) on a scenario file.",
         epilog="Other commands: 'python -m simkit compare RUN_DIR ...' (side-by-side summaries), "
-               "'python -m simkit step --model M --gpu G ...' (one pass's roofline breakdown) and "
-               "'python -m simkit sweep SCENARIO.yaml --grid KEY=V1,V2 ...' (parameter sweeps); "
+               "'python -m simkit step --model M --gpu G ...' (one pass's roofline breakdown), "
+               "'python -m simkit sweep SCENARIO.yaml --grid KEY=V1,V2 ...' (parameter sweeps) and "
+               "'python -m simkit capacity SCENARIO.yaml' (the highest rate within the SLA); "
                "each has its own --help.",
     )
     p.add_argument("scenario", help="scenario YAML file, e.g. scenarios/disagg.yaml")
@@ -201,6 +202,9 @@ def _run_and_write(args, argv: list, interrupts: _Interrupts, scenario, out_dir:
         print(render_text(summary, title=_printable(f"{scenario.name} ({scenario.mode}), "
                                                     f"simulated in {run_s:.2f} s")))
         print(_printable(f"wrote {shown}"))
+    saturation = summary.get("saturation")
+    if saturation is not None and saturation["overloaded"]:
+        print(_printable(f"simkit: {saturation['verdict']}"), file=sys.stderr)
     if partial:
         where = f"partial results in {shown}" + (f" ({kept} keeps its earlier results)" if kept else "")
         print(_printable(f"simkit: run stopped ({records.stop_reason}): {records.stop_detail}; {where}", 2000),

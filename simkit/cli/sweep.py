@@ -23,11 +23,12 @@ import shutil
 import sys
 from typing import Any, Optional, Sequence
 
+from simkit.cli.batch import add_batch_arguments, batch_overrides, batch_problem
 from simkit.cli.common import _check_out, _default_out, _fail, _Interrupts, _Parser, _printable
 from simkit.core.records import ABNORMAL_STOPS
 from simkit.output.files import beside, claim_folder, folder_content, move_into_place, sibling_tmp_dir
 from simkit.sim import input_files, load_scenario
-from simkit.spec import ConfigError, parse_overrides, yaml_load
+from simkit.spec import ConfigError, yaml_load
 
 #: the most points a sweep runs
 MAX_POINTS = 10_000
@@ -44,7 +45,12 @@ COLUMNS = [
     ("goodput_fraction", ("goodput", "fraction")),
     ("ttft_sla_fraction", ("goodput", "fraction_by_bound", "ttft_ms")),
     ("itl_sla_fraction", ("goodput", "fraction_by_bound", "itl_ms")),
+    ("overloaded", ("saturation", "overloaded")),
 ]
+
+#: the terminal's table: these columns (the swept values first), the rest in sweep.csv
+SHOWN = ["status", "ttft_p90_ms", "itl_p50_ms", "goodput_fraction", "output_tokens_per_s_per_gpu", "overloaded",
+         "gpus"]
 
 
 def parse_grid(items: Sequence[str]) -> list[tuple[str, list[Any]]]:
@@ -143,23 +149,18 @@ def main(argv: Sequence[str]) -> int:
     p.add_argument("scenario")
     p.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2,...", required=True,
                    help="a scenario field and its values; repeat for a cross product")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override applied to every run")
-    p.add_argument("--out", metavar="DIR", help="sweep folder (default: runs/sweep-NAME-YYYYmmdd-HHMMSS)")
-    p.add_argument("--force", action="store_true", help="replace a non-empty --out folder")
-    group = p.add_mutually_exclusive_group()
-    group.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
-                       help="local worker processes (default: one per core)")
-    group.add_argument("--scheduler", metavar="ADDRESS", help="run on this Dask scheduler (tcp://host:8786)")
+    add_batch_arguments(p, "sweep folder (default: runs/sweep-NAME-YYYYmmdd-HHMMSS)",
+                        set_help="override applied to every run")
     args = p.parse_args(argv)
-    if args.jobs < 1:
-        return _fail([f"--jobs {args.jobs}: expected at least 1"])
+    problem = batch_problem(args)
+    if problem:
+        return _fail([problem])
     try:
         grid = parse_grid(args.grid)
         points = math.prod(len(values) for _, values in grid)
         if points > MAX_POINTS:  # each point is a run: a grid that size would never end
             return _fail([f"--grid: {points:,} points; a sweep runs at most {MAX_POINTS:,} (split it into sweeps)"])
-        common = parse_overrides(args.overrides)
+        common = batch_overrides(args)
         combos = combinations(grid)
         base = load_scenario(args.scenario, common)
     except ConfigError as exc:
@@ -217,7 +218,7 @@ def _sweep(args, grid: list, combos: list, common: list, out: str, work: str) ->
             for i, combo in enumerate(combos)]
     with _Interrupts() as interrupts:  # SIGTERM too stops the sweep as Ctrl-C does
         try:
-            outcomes = _execute(jobs, args.jobs, args.scheduler)
+            outcomes = _execute(jobs, args.jobs, args.scheduler, progress=sys.stderr.isatty())
         except ImportError:
             shutil.rmtree(work, ignore_errors=True)  # nothing ran: leave nothing behind
             return _fail(["--scheduler needs the 'distributed' package: pip install 'dask[distributed]'"])
@@ -256,14 +257,15 @@ def _finish(args, grid: list, combos: list, outcomes: list, scenario_path: str, 
     if len(failures) == len(outcomes):  # a bad trace, say: one error, nothing written
         shutil.rmtree(work, ignore_errors=True)
         return _fail([f"every point of the sweep failed; the first: {failures[0]}"])
-    table = sweep_table(combos, outcomes)
+    table = sweep_table(combos, outcomes, args.sla_fraction)
     try:
         table.to_csv(os.path.join(work, "sweep.csv"), index=False)
         table.to_parquet(os.path.join(work, "sweep.parquet"), index=False)
         from simkit.output.plots import pareto
 
-        pareto(table, [k for k, _ in grid]).savefig(os.path.join(work, "pareto.png"), dpi=110,
-                                                    metadata={"Software": None})
+        title = f"{os.path.basename(args.scenario)}: sweep of {', '.join(k for k, _ in grid)}"
+        pareto(table, [k for k, _ in grid], args.sla_fraction, title).savefig(
+            os.path.join(work, "pareto.png"), dpi=110, metadata={"Software": None})
         move_into_place(work, out, force=True)
     except OSError as exc:  # a full disk: the finished runs are kept where they can be found
         try:
@@ -273,12 +275,7 @@ def _finish(args, grid: list, combos: list, outcomes: list, scenario_path: str, 
         print(_printable(f"simkit: cannot write the sweep's table and plot: {exc.strerror or exc}; the finished "
                          f"runs are in {where}"), file=sys.stderr)
         return 1
-    with pd.option_context("display.width", 200, "display.max_columns", 30, "display.max_colwidth", 60):
-        shown = table.copy()
-        for column in ("completed", "rejected", "error"):  # <NA> and None print as "-" like the rest
-            shown[column] = shown[column].astype(object).where(shown[column].notna(), "-")
-        text = shown.to_string(index=False, na_rep="-", float_format=lambda x: f"{x:.2f}")
-        print("\n".join(_printable(line, 10_000) for line in text.splitlines()))
+    print("\n".join(_printable(line, 10_000) for line in terminal_table(table, [k for k, _ in grid]).splitlines()))
     print(_printable(f"wrote {out} ({len(table)} runs, {len(failures)} failed; sweep.csv, pareto.png)"))
     if failures:
         print(_printable(f"simkit: {len(failures)} of {len(table)} points failed (the error column of sweep.csv); "
@@ -286,9 +283,11 @@ def _finish(args, grid: list, combos: list, outcomes: list, scenario_path: str, 
     return 1 if failures else 0
 
 
-def sweep_table(combos: list[dict], outcomes: list[dict]):
+def sweep_table(combos: list[dict], outcomes: list[dict], sla_fraction: float = 0.9):
     """One row per run: ``run``, the swept values, ``status``, ``error``, the headline metrics
-    and ``output_tokens_per_s_per_gpu``."""
+    (:data:`COLUMNS`), ``gpus`` (per point: workers x TP x DP over the pools), ``gpu_hours``
+    (summed over the pools), ``output_tokens_per_s_per_gpu`` and ``meets_sla`` (at least
+    ``sla_fraction`` of the requests meet the scenario's SLA; None without an SLA)."""
     import pandas as pd
 
     rows = []
@@ -299,7 +298,12 @@ def sweep_table(combos: list[dict], outcomes: list[dict]):
         summary = outcome["summary"] or {}
         row.update({name: _get(summary, path) for name, path in COLUMNS})
         tokens, gpus = row["output_tokens_per_s"], outcome["gpus"]
+        row["gpus"] = gpus
+        hours = summary.get("gpu_hours")
+        row["gpu_hours"] = sum(hours.values()) if hours else None
         row["output_tokens_per_s_per_gpu"] = tokens / gpus if tokens is not None and gpus else None
+        fraction = row["goodput_fraction"]
+        row["meets_sla"] = None if fraction is None else bool(fraction >= sla_fraction)
         rows.append(row)
     table = pd.DataFrame(rows)
     for key in combos[0] if combos else ():
@@ -311,6 +315,31 @@ def sweep_table(combos: list[dict], outcomes: list[dict]):
     for column in ("completed", "rejected"):  # counts stay integers beside failed (empty) rows
         table[column] = table[column].astype("Int64")
     return table
+
+
+def terminal_table(table, knobs: Sequence[str], width: int = 100) -> str:
+    """The sweep table as the terminal shows it: the run, the swept values (each cut to 24
+    characters) and the headline columns of :data:`SHOWN` under short names (``ttft_p90``,
+    ``itl_p50`` in ms, ``sla_met`` the goodput fraction, ``tok/s/gpu``), dropped from the right
+    until the lines fit ``width`` columns; ``sweep.csv`` has every column."""
+    import pandas as pd
+
+    columns = ["run"] + list(knobs) + SHOWN
+    shown = table[[c for c in columns if c in table]].copy()
+    for column in shown.columns:
+        if shown[column].dtype == object:  # <NA> and None print as "-" like the rest
+            shown[column] = shown[column].astype(object).where(shown[column].notna(), "-")
+            shown[column] = [v if len(str(v)) <= 24 else str(v)[:23] + "~" for v in shown[column]]
+    names = {k: ".".join(k.split(".")[-2:]) for k in knobs}  # pools.decode.workers -> decode.workers
+    names.update(ttft_p90_ms="ttft_p90", itl_p50_ms="itl_p50", goodput_fraction="sla_met",
+                 output_tokens_per_s_per_gpu="tok/s/gpu")
+    shown = shown.rename(columns=names)
+    while True:
+        with pd.option_context("display.width", 10_000, "display.max_columns", 100):
+            text = shown.to_string(index=False, na_rep="-", float_format=lambda x: f"{x:.2f}")
+        if max(len(line) for line in text.splitlines()) <= width or len(shown.columns) <= 2 + len(knobs):
+            return text
+        shown = shown.iloc[:, :-1]
 
 
 def _kind(value: Any) -> str:
@@ -337,8 +366,9 @@ def _failed_point(exc: BaseException) -> dict:
     return {"status": "failed", "error": f"its worker failed: {reason}", "summary": None, "gpus": None}
 
 
-def _execute(jobs: list, n_jobs: int, dask_address: Optional[str]) -> list[dict]:
+def _execute(jobs: list, n_jobs: int, dask_address: Optional[str], progress: bool = False) -> list[dict]:
     """Run every job; a point whose worker dies is recorded as failed, not lost with the rest.
+    ``progress``: a progress bar on stderr (tqdm), as points finish. Results are in job order.
 
     Raises:
         ImportError: ``dask_address`` without the distributed package.
@@ -354,20 +384,44 @@ def _execute(jobs: list, n_jobs: int, dask_address: Optional[str]) -> list[dict]
             raise SchedulerUnreachable(str(exc) or type(exc).__name__) from None
         with client:
             futures = [client.submit(_run_one, *job, pure=False) for job in jobs]
-            return [_result(f) for f in futures]
+            return _gather(futures, progress)
+    bar = _bar(len(jobs), progress)
     if n_jobs == 1 or len(jobs) == 1:
-        return [_run_one(*job) for job in jobs]
+        out = []
+        for job in jobs:
+            out.append(_run_one(*job))
+            bar.update(1)
+        bar.close()
+        return out
     from concurrent.futures import ProcessPoolExecutor
 
+    bar.close()
     pool = ProcessPoolExecutor(max_workers=min(n_jobs, len(jobs)))
     try:
         futures = [pool.submit(_run_one, *job) for job in jobs]
-        return [_result(f) for f in futures]
+        return _gather(futures, progress)
     except KeyboardInterrupt:
         pool.shutdown(wait=True, cancel_futures=True)  # the runs under way finish; the rest never start
         raise
     finally:
         pool.shutdown(wait=True)
+
+
+def _bar(total: int, progress: bool):
+    from tqdm import tqdm
+
+    return tqdm(total=total, disable=not progress, unit="run", file=sys.stderr, leave=False)
+
+
+def _gather(futures: list, progress: bool) -> list[dict]:
+    """The futures' outcomes in their order, a progress bar advancing as each finishes."""
+    bar = _bar(len(futures), progress)
+    for future in futures:
+        future.add_done_callback(lambda _f: bar.update(1))
+    try:
+        return [_result(f) for f in futures]
+    finally:
+        bar.close()
 
 
 def _result(future) -> dict:

@@ -260,39 +260,76 @@ def planner_series(records: RunRecords, sla: Optional[SlaSpec] = None):
     return fig
 
 
-def pareto(table, knobs: Sequence[str]):
-    """Sweep trade-off: output tokens/s per GPU against p90 TTFT, one point per finished run
-    labelled with its knob values; the Pareto-optimal points (no other run is both faster and
-    more productive) are joined by a line. ``table`` is a sweep table (:mod:`simkit.cli.sweep`)."""
+def pareto(table, knobs: Sequence[str], sla_fraction: float = 0.9, title: Optional[str] = None):
+    """Throughput against interactivity, one point per finished run: output tokens/s per GPU
+    (y) against output tokens/s per user, 1000 / ITL p50 in ms (x), the trade-off serving
+    benchmarks plot (InferenceMAX, NVIDIA's). Runs where at least ``sla_fraction`` of the
+    requests meet the SLA (``goodput_fraction``) are filled circles, the others grey crosses;
+    the best trade-off line joins only SLA-meeting runs that no other SLA-meeting run beats on
+    both axes, and only those are labelled with their knob values (labels shifted apart so
+    they never overlap). Without an SLA every finished run counts as meeting it. ``table`` is
+    a sweep table (:mod:`simkit.cli.sweep`) or a recommend table with the same columns."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(8, 5), layout="constrained")
     ax = fig.subplots()
-    ok = table[(table["status"] == "ok") & table["ttft_p90_ms"].notna()
+    ok = table[(table["status"] == "ok") & table["itl_p50_ms"].notna() & (table["itl_p50_ms"] > 0)
                & table["output_tokens_per_s_per_gpu"].notna()]
-    xs, ys = ok["ttft_p90_ms"].to_numpy(float), ok["output_tokens_per_s_per_gpu"].to_numpy(float)
+    xs = 1000.0 / ok["itl_p50_ms"].to_numpy(float)
+    ys = ok["output_tokens_per_s_per_gpu"].to_numpy(float)
     goodput = ok["goodput_fraction"].to_numpy(float) if "goodput_fraction" in ok else np.full(len(ok), np.nan)
-    if len(ok) and np.isfinite(goodput).all():  # colour by the share of requests meeting the SLA
-        points = ax.scatter(xs, ys, c=goodput, cmap="RdYlGn", vmin=0.0, vmax=1.0, edgecolors="k", linewidths=0.5)
-        fig.colorbar(points, ax=ax, label="fraction of requests meeting the SLA")
-    else:
-        ax.scatter(xs, ys, color="tab:blue")
-    for x, y, (_, row) in zip(xs, ys, ok.iterrows()):
-        ax.annotate(plain(", ".join(f"{'.'.join(k.split('.')[-2:])}={row[k]}" for k in knobs)), (x, y), fontsize=7,
-                    xytext=(4, 4), textcoords="offset points")
-    front, best = [], -np.inf
-    for x, y in sorted(zip(xs, ys), key=lambda p: (p[0], -p[1])):
-        if y > best:
-            front.append((x, y))
-            best = y
+    meets = np.where(np.isnan(goodput), True, goodput >= sla_fraction)
+    if (~meets).any():
+        ax.scatter(xs[~meets], ys[~meets], marker="x", color="0.6",
+                   label=f"below the SLA (< {sla_fraction:.0%} of requests)")
+    if meets.any():
+        ax.scatter(xs[meets], ys[meets], color="tab:green", edgecolors="k", linewidths=0.5,
+                   label="meets the SLA" if np.isfinite(goodput).any() else "finished runs")
+    front, best = [], -np.inf  # SLA-meeting runs, by tokens/s per user, best first
+    for j in sorted(np.flatnonzero(meets), key=lambda j: (-xs[j], -ys[j])):
+        if ys[j] > best:
+            front.append(j)
+            best = ys[j]
     if front:
-        ax.plot(*zip(*front), color="tab:orange", linewidth=1, label="Pareto front")
-        ax.legend(loc="lower right", fontsize="small")
+        ax.plot(xs[front], ys[front], color="tab:orange", linewidth=1, label="best trade-off (meets the SLA)")
+    rows = list(ok.iterrows())
+    _labels(fig, ax, [(xs[j], ys[j], plain(", ".join(f"{'.'.join(k.split('.')[-2:])}={rows[j][1][k]}"
+                                                       for k in knobs))) for j in front])
     if len(xs) and xs.min() > 0 and xs.max() / xs.min() > 10:
         ax.set_xscale("log")
-    ax.set_xlabel("TTFT p90 (ms)")
+    ax.set_xlabel("output tokens/s per user (1000 / ITL p50 ms)")
     ax.set_ylabel("output tokens/s per GPU")
     ax.grid(True, alpha=0.3)
-    if not len(ok):
+    if len(ok):
+        ax.legend(loc="best", fontsize="small")
+    else:
         ax.text(0.5, 0.5, "no run finished", ha="center", va="center", transform=ax.transAxes)
+    if title:
+        ax.set_title(plain(title), fontsize="medium")
     return fig
+
+
+def _labels(fig, ax, points: Sequence[tuple[float, float, str]]) -> None:
+    """Annotate ``points`` (x, y, text), nudging each label up past the ones already placed
+    whose boxes it would overlap (in display space, after a draw)."""
+    if not points:
+        return
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(fig)  # (a bare Figure's canvas cannot measure text)
+    canvas.draw()  # the axes limits and transforms the labels are measured in
+    renderer = canvas.get_renderer()
+    placed = []
+    for x, y, text in sorted(points, key=lambda p: (p[1], p[0])):
+        note = ax.annotate(text, (x, y), fontsize=7, xytext=(4, 4), textcoords="offset points")
+        box = note.get_window_extent(renderer)
+        shift = 0.0
+        for _ in range(len(placed) + 1):
+            moved = box.translated(0, shift)
+            hit = next((b for b in placed if moved.overlaps(b)), None)
+            if hit is None:
+                break
+            shift += hit.y1 - moved.y0 + 1
+        if shift:
+            note.set_position((4, 4 + shift * 72.0 / fig.dpi))
+        placed.append(box.translated(0, shift))

@@ -161,7 +161,8 @@ def summarize(records: RunRecords, sla: Optional[SlaSpec] = None) -> dict[str, A
     {min_active, max_active, mean_provisioned}; ``prefix_cache_hit_ratio`` (prompt tokens
     found cached / prompt tokens looked up, counting prompt admissions only) and
     ``prefix_cache_hit_tokens`` (the tokens found cached); ``passes`` per
-    pool; ``stop`` {reason, detail, incomplete}: why the run ended and whether it is partial; and
+    pool; ``saturation`` (whether the cluster keeps up with the offered load, see
+    :func:`_saturation`); ``stop`` {reason, detail, incomplete}: why the run ended and whether it is partial; and
     ``goodput`` {requests_per_s, output_tokens_per_s, fraction, fraction_by_bound} when
     ``sla`` sets a bound: the completed requests that meet every bound (TTFT, the request's
     mean ITL, E2E), and per bound the fraction that meets it alone; fractions are of the
@@ -213,6 +214,7 @@ def summarize(records: RunRecords, sla: Optional[SlaSpec] = None) -> dict[str, A
         "prefix_cache_hit_tokens": records.prompt_hit_tokens,
         "passes": dict(records.passes),
         "speculative": _speculation(records.speculation),
+        "saturation": _saturation(cols),
         "stop": {"reason": records.stop_reason, "detail": records.stop_detail,
                  "incomplete": counts["incomplete"] > 0 or records.stop_reason != "completed"},
     }
@@ -254,6 +256,53 @@ def _meets_each(cols: dict, rows: np.ndarray, sla: SlaSpec) -> dict[str, np.ndar
         e2e = cols["last_token_at"][rows] - arrived  # NaN (not met) without a token
         out["e2e_ms"] = ~np.isnan(e2e) & (e2e * MS_PER_S <= sla.e2e_ms)
     return out
+
+
+#: the backlog must grow faster than this share of the offered rate for a run to be overloaded
+OVERLOAD_GROWTH_SHARE = 0.05
+#: ... and end the arrival window at least this many requests deep (short runs are not judged)
+OVERLOAD_MIN_BACKLOG = 20
+#: backlog samples over the arrival window
+_BACKLOG_SAMPLES = 20
+
+
+def _saturation(cols: dict) -> Optional[dict]:
+    """The summary's ``saturation`` section: does the cluster keep up with the load offered?
+
+    Over the arrival window (first to last release), ``offered_requests_per_s`` = (released -
+    1) / window; ``served_requests_per_s`` = completed requests / (last end - first release);
+    the backlog (requests released and not ended) sampled at 20 evenly spaced times
+    across it, its least-squares growth ``backlog_growth_per_s`` and its value at the last
+    release ``backlog_at_last_arrival``. ``overloaded``: the backlog grows faster than 5% of
+    the offered rate and ends the window at least 20 requests deep (queueing theory: below
+    saturation the backlog of a stable queue does not grow; above it, it grows at the offered
+    minus the served rate). ``verdict``: one line saying so. None with fewer than 2 releases or
+    all at one instant."""
+    arrived = cols["arrived_at"]
+    released = np.sort(arrived[~np.isnan(arrived)])
+    if len(released) < 2 or released[-1] <= released[0]:
+        return None
+    t0, t1 = float(released[0]), float(released[-1])
+    window = t1 - t0
+    ended = cols["finished_at"][cols["status"] != "incomplete"]
+    ended = np.sort(ended[~np.isnan(ended)])
+    times = np.linspace(t0, t1, _BACKLOG_SAMPLES)
+    backlog = (np.searchsorted(released, times, side="right") - np.searchsorted(ended, times, side="right"))
+    growth = float(np.polyfit(times, backlog.astype(float), 1)[0])
+    offered = (len(released) - 1) / window
+    completed = cols["finished_at"][cols["status"] == "completed"]
+    served = len(completed) / (float(completed.max()) - t0) if len(completed) and completed.max() > t0 else 0.0
+    deep = int(backlog[-1])
+    overloaded = growth > OVERLOAD_GROWTH_SHARE * offered and deep >= OVERLOAD_MIN_BACKLOG
+    if overloaded:
+        verdict = (f"overloaded: {offered:.3g} requests/s offered, {served:.3g}/s served; the backlog grows by "
+                   f"{growth:.3g}/s while they arrive and ends {deep} requests deep, so latency grows with the "
+                   "run's length")
+    else:
+        verdict = f"keeps up: {offered:.3g} requests/s offered, {served:.3g}/s served"
+    return {"offered_requests_per_s": offered, "served_requests_per_s": served,
+            "backlog_growth_per_s": growth, "backlog_at_last_arrival": deep, "overloaded": overloaded,
+            "verdict": verdict}
 
 
 def _worker_summary(records: RunRecords) -> dict:
@@ -302,6 +351,9 @@ def render_text(summary: dict[str, Any], title: str = "") -> str:
         lines.append(f"speculative: {spec['accept_length']:.2f} tokens per verify round "
                      f"({spec['tokens_per_round']:.2f} after output cuts) over {spec['verify_rounds']} "
                      f"rounds; acceptance by draft position {rates}")
+    sat = summary.get("saturation")
+    if sat is not None and sat["overloaded"]:
+        lines.append("OVERLOADED" + sat["verdict"][len("overloaded"):])
     if "workers" in summary:
         lines.append("planner: " + ", ".join(
             f"{pool} {w['min_active']}-{w['max_active']} active (mean {w['mean_provisioned']:.2f} provisioned)"

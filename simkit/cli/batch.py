@@ -1,0 +1,146 @@
+"""What the commands that run many simulations share (``capacity``, ``recommend``): an output
+folder built beside its target and moved into place when the batch ends, and the runs
+executed on local processes or a Dask cluster (:func:`simkit.cli.sweep._execute`). Part of
+:mod:`simkit.cli`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from typing import Optional, Sequence
+
+from simkit.cli.common import _check_out, _default_out, _printable
+from simkit.spec import parse_overrides
+from simkit.output.files import beside, claim_folder, folder_content, move_into_place, sibling_tmp_dir
+
+
+class OutputError(Exception):
+    """The output folder cannot be used; the message is the one-line reason."""
+
+
+class OutputFolder:
+    """``with OutputFolder(out, force, name, prefix, inputs) as folder:`` checks ``out`` (or
+    reserves ``runs/PREFIXNAME-STAMP``), claims it against concurrent runs and gives
+    ``folder.work``, a fresh folder beside it to fill. :meth:`commit` moves ``work`` into place
+    (replacing an earlier result only with ``force``). Leaving the block without a commit keeps
+    what ``work`` holds beside ``out`` (``OUT.partial``) when it holds anything, and removes it
+    otherwise, so earlier results are never replaced by an unfinished batch.
+
+    Raises:
+        OutputError: on entry, ``out`` cannot receive results (one line).
+    """
+
+    def __init__(self, out: Optional[str], force: bool, name: str, prefix: str, inputs: Sequence[str]) -> None:
+        self.requested, self.force, self.name, self.prefix, self.inputs = out, force, name, prefix, list(inputs)
+        self.out = out or ""
+        self.work = ""
+        self.reserved: Optional[str] = None
+        self.claim = None
+        self.kept: Optional[str] = None  #: where an uncommitted batch's results went
+
+    def __enter__(self) -> "OutputFolder":
+        if self.requested is None:
+            try:
+                self.reserved = self.out = _default_out(self.name, prefix=self.prefix)
+            except OSError as exc:
+                raise OutputError(f"runs: cannot create the default output folder: {exc.strerror or exc}; "
+                                  "choose one with --out") from None
+        problem = _check_out(self.out, self.force, self.inputs)
+        if problem:
+            self._release()
+            raise OutputError(problem)
+        try:
+            self.claim = claim_folder(self.out)
+            self.work = sibling_tmp_dir(self.out, prefix=f".simkit-{self.prefix.rstrip('-') or 'batch'}-")
+        except OSError as exc:
+            self._release()
+            raise OutputError(f"{self.out}: cannot use the output folder: {exc.strerror or exc}") from None
+        return self
+
+    def commit(self) -> None:
+        """Move the finished ``work`` folder into place.
+
+        Raises:
+            OSError: it cannot be moved (a full disk); ``work`` is then kept as on an exit
+                without commit.
+        """
+        move_into_place(self.work, self.out, force=True)
+        self.work = ""
+
+    def __exit__(self, *exc) -> None:
+        try:
+            if self.work and os.path.isdir(self.work):
+                if os.listdir(self.work):
+                    target = (self.out if not (os.path.isdir(self.out) and folder_content(self.out))
+                              else beside(self.out, "partial"))
+                    try:
+                        move_into_place(self.work, target, force=False)
+                        self.kept = target
+                    except OSError:
+                        self.kept = self.work
+                else:
+                    shutil.rmtree(self.work, ignore_errors=True)
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        if self.claim is not None:
+            self.claim.release()
+            self.claim = None
+        if self.reserved is not None and os.path.isdir(self.reserved) and not os.listdir(self.reserved):
+            os.rmdir(self.reserved)
+
+
+def run_points(scenario_path: str, points: Sequence[list], work: str, names: Sequence[str], jobs: int,
+               scheduler: Optional[str]) -> list[dict]:
+    """Run ``scenario_path`` with each override list of ``points`` into ``work/NAME`` (in
+    parallel: ``jobs`` local processes or the Dask ``scheduler``); outcomes in order, as
+    :func:`simkit.cli.sweep._run_one` gives them (a progress bar on a terminal)."""
+    from simkit.cli.sweep import _execute
+
+    runs = [(scenario_path, list(overrides), os.path.join(work, name)) for overrides, name in zip(points, names)]
+    return _execute(runs, jobs, scheduler, progress=sys.stderr.isatty())
+
+
+def say(line: str, err: bool = False) -> None:
+    """Print one safe line (stdout, or stderr with ``err``)."""
+    print(_printable(line, 2000), file=sys.stderr if err else sys.stdout)
+
+
+def add_batch_arguments(p, out_help: str, set_help: str = "override a scenario field (repeatable)") -> None:
+    """The options every batch command takes: ``--set``, ``--trace``, ``--sla-fraction``,
+    ``--out``, ``--force`` and ``--jobs`` or ``--scheduler``."""
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=set_help)
+    p.add_argument("--trace", metavar="FILE", help="replace the workload with this trace file (as the run "
+                   "command's --trace)")
+    p.add_argument("--sla-fraction", type=float, default=0.9, metavar="F",
+                   help="share of requests within the scenario's SLA for a configuration to meet it (default 0.9)")
+    p.add_argument("--out", metavar="DIR", help=out_help)
+    p.add_argument("--force", action="store_true", help="replace a non-empty --out folder")
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                       help="runs at once on local processes (default: one per core)")
+    group.add_argument("--scheduler", metavar="ADDRESS", help="run on this Dask scheduler (tcp://host:8786)")
+
+
+def batch_problem(args) -> Optional[str]:
+    """What is wrong with the options of :func:`add_batch_arguments`, or None."""
+    if args.jobs < 1:
+        return f"--jobs {args.jobs}: expected at least 1"
+    if not 0.0 < args.sla_fraction <= 1.0:
+        return f"--sla-fraction {args.sla_fraction:g}: expected a share in (0, 1]"
+    return None
+
+
+def batch_overrides(args) -> list:
+    """``--trace`` (first) and ``--set`` as overrides.
+
+    Raises:
+        ConfigError: a malformed ``--set``.
+    """
+    common = parse_overrides(args.overrides)
+    if args.trace is not None:
+        common.insert(0, ("workload", {"kind": "trace", "path": os.path.abspath(os.path.expanduser(args.trace))}))
+    return common
