@@ -87,3 +87,67 @@ def test_capacity_refuses_what_it_cannot_answer(argv, message, tmp_path, capsys)
     assert main(["capacity", AGG, "--out", str(tmp_path / "x"), *argv]) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
+
+
+def test_recommend_ranks_configurations_within_the_budget_and_its_yaml_reruns_its_row(tmp_path, capsys):
+    """agg.yaml (600 requests) within 8 GPUs: the top configuration meets the SLA fraction, no
+    trial exceeds the budget, and rerunning the top YAML gives the trial's figures."""
+    out = tmp_path / "rec"
+    code = main(["recommend", AGG, "--gpus", "8", "--trials", "8", "--jobs", "1", "--set",
+                 "workload.num_requests=600", "--out", str(out)])
+    assert code == 0
+    table = pd.read_csv(out / "recommend.csv")
+    assert len(table) == 8 and (table["gpus"] <= 8).all()
+    top = table.iloc[0]
+    assert top["meets_sla"] and top["goodput_fraction"] >= 0.9
+    assert "recommended (goodput_per_gpu): " in capsys.readouterr().out
+    trial = json.loads((out / top["trial"] / "summary.json").read_text())
+    assert main([str(out / "ranked" / "01.yaml"), "--out", str(tmp_path / "again"), "--no-plots", "--quiet"]) == 0
+    again = json.loads((tmp_path / "again" / "summary.json").read_text())
+    assert again["run_digest"] == trial["run_digest"] and again["goodput"] == trial["goodput"]
+    assert (out / "pareto.png").is_file()
+
+
+def test_recommend_is_deterministic_for_a_seed_whatever_the_jobs(tmp_path):
+    tables = []
+    for jobs in ("1", "2"):
+        out = tmp_path / f"r{jobs}"
+        assert main(["recommend", AGG, "--gpus", "8", "--trials", "6", "--jobs", jobs, "--seed", "3",
+                     "--set", "workload.num_requests=300", "--out", str(out)]) == 0
+        tables.append(pd.read_csv(out / "recommend.csv").drop(columns=["trial"]))
+    pd.testing.assert_frame_equal(tables[0], tables[1])
+
+
+def test_recommend_says_when_nothing_within_the_budget_meets_the_sla(tmp_path, capsys):
+    """An ITL bound of 1 ms no deployment of agg.yaml meets: it names the closest and the bound."""
+    code = main(["recommend", AGG, "--gpus", "4", "--trials", "4", "--jobs", "1", "--set", "sla.itl_ms=1",
+                 "--set", "workload.num_requests=200", "--out", str(tmp_path / "r")])
+    assert code == 0
+    err = capsys.readouterr().err
+    assert "no configuration within 4 GPUs meets the SLA for 90% of requests (4 tried); the closest: " in err
+    assert "ITL binding" in err
+
+
+def test_recommend_grid_sampler_stops_when_every_combination_ran(tmp_path):
+    out = tmp_path / "g"
+    assert main(["recommend", AGG, "--gpus", "4", "--trials", "50", "--sampler", "grid", "--jobs", "1",
+                 "--space", "mode=aggregated", "--space", "tp=1", "--space", "workers=1..2",
+                 "--space", "max_num_seqs=128", "--space", "max_num_batched_tokens=8192",
+                 "--space", "router=round_robin,kv_aware", "--set", "workload.num_requests=100", "--out", str(out)]) == 0
+    table = pd.read_csv(out / "recommend.csv")
+    assert sorted(zip(table["workers"], table["router"])) == [(1, "kv_aware"), (1, "round_robin"),
+                                                              (2, "kv_aware"), (2, "round_robin")]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--gpus", "4", "--set", "sla=null"], "recommend needs an SLA to meet"),
+    (["--gpus", "0"], "--gpus 0: expected 1 to 100000"),
+    (["--gpus", "4", "--space", "warp=1,2"], "--space warp: not a knob"),
+    (["--gpus", "4", "--space", "workers=3..1"], "--space workers: expected 0 <= LOW <= HIGH"),
+    (["--gpus", "4", "--space", "workers"], "--space 'workers': expected KEY=V1,V2,... or KEY=LOW..HIGH"),
+    (["--gpus", "4", "--set", "planner={kind: static}"], "recommend sizes fixed deployments"),
+])
+def test_recommend_refuses_what_it_cannot_search(argv, message, tmp_path, capsys):
+    assert main(["recommend", AGG, "--out", str(tmp_path / "x"), *argv]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()

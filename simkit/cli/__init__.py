@@ -3,7 +3,8 @@
 (:mod:`simkit.cli.run`); the subcommands are ``python -m simkit compare RUN_DIR ... [--plot
 FILE]`` (:mod:`simkit.cli.compare`), ``python -m simkit step --model M --gpu G ...``
 (:mod:`simkit.cli.step`), ``python -m simkit sweep SCENARIO.yaml --grid KEY=V1,V2 ...``
-(:mod:`simkit.cli.sweep`) and ``python -m simkit capacity SCENARIO.yaml`` (:mod:`simkit.cli.capacity`).
+(:mod:`simkit.cli.sweep`), ``python -m simkit capacity SCENARIO.yaml`` (:mod:`simkit.cli.capacity`)
+and ``python -m simkit recommend SCENARIO.yaml --gpus N`` (:mod:`simkit.cli.recommend`).
 Each has its own ``--help``.
 
 Exit codes: 0 success (including a run cut by ``max_sim_time_s``); 2 bad input (scenario, trace,
@@ -55,6 +56,8 @@ def _subcommand(name: str):
         from simkit.cli.sweep import main as entry
     elif name == "capacity":
         from simkit.cli.capacity import main as entry
+    elif name == "recommend":
+        from simkit.cli.recommend import main as entry
     else:
         return None
     return entry

@@ -322,6 +322,7 @@ def _labels(fig, ax, points: Sequence[tuple[float, float, str]]) -> None:
     placed = []
     for x, y, text in sorted(points, key=lambda p: (p[1], p[0])):
         note = ax.annotate(text, (x, y), fontsize=7, xytext=(4, 4), textcoords="offset points")
+        note.set_in_layout(False)  # (a label nudged far up must not squeeze the axes)
         box = note.get_window_extent(renderer)
         shift = 0.0
         for _ in range(len(placed) + 1):
