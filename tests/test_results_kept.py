@@ -162,14 +162,14 @@ def test_a_signal_while_a_sweep_writes_its_table_waits_for_the_table(tmp_path, m
 
 
 def test_an_interrupted_force_sweep_keeps_the_old_one_and_shows_the_new_runs(tmp_path, monkeypatch, capsys):
-    from simkit.cli import sweep
+    from simkit.cli import points, sweep
 
     out = tmp_path / "sw"
     args = ["sweep", str(REPO / "scenarios" / "agg.yaml"), "--grid", "seed=1,2", "--out", str(out),
             "--set", "workload.num_requests=4", "--jobs", "1"]
     assert main(args) == 0
     old = (out / "sweep.csv").read_text()
-    original = sweep._run_one
+    original = points._run_one
     calls = {"n": 0}
 
     def second_interrupts(*a):
@@ -178,7 +178,7 @@ def test_an_interrupted_force_sweep_keeps_the_old_one_and_shows_the_new_runs(tmp
             raise KeyboardInterrupt
         return original(*a)
 
-    monkeypatch.setattr(sweep, "_run_one", second_interrupts)
+    monkeypatch.setattr(points, "_run_one", second_interrupts)
     assert main(args + ["--force"]) == 130
     assert f"the finished runs are in {tmp_path / 'sw.partial'} ({out} keeps its earlier results)" \
         in capsys.readouterr().err

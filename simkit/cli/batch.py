@@ -1,6 +1,6 @@
 """What the commands that run many simulations share (``capacity``, ``recommend``): an output
 folder built beside its target and moved into place when the batch ends, and the runs
-executed on local processes or a Dask cluster (:func:`simkit.cli.sweep._execute`). Part of
+executed on local processes or a Dask cluster (:func:`simkit.cli.points._execute`). Part of
 :mod:`simkit.cli`.
 """
 
@@ -97,8 +97,8 @@ def run_points(scenario_path: str, points: Sequence[list], work: str, names: Seq
                scheduler: Optional[str]) -> list[dict]:
     """Run ``scenario_path`` with each override list of ``points`` into ``work/NAME`` (in
     parallel: ``jobs`` local processes or the Dask ``scheduler``); outcomes in order, as
-    :func:`simkit.cli.sweep._run_one` gives them (a progress bar on a terminal)."""
-    from simkit.cli.sweep import _execute
+    :func:`simkit.cli.points._run_one` gives them (a progress bar on a terminal)."""
+    from simkit.cli.points import _execute
 
     runs = [(scenario_path, list(overrides), os.path.join(work, name)) for overrides, name in zip(points, names)]
     return _execute(runs, jobs, scheduler, progress=sys.stderr.isatty())

@@ -17,7 +17,6 @@ under ``points/``. Part of :mod:`simkit.cli`.
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 from typing import Any, Optional, Sequence
@@ -25,6 +24,7 @@ from typing import Any, Optional, Sequence
 from simkit.cli.batch import (OutputError, OutputFolder, add_batch_arguments, batch_overrides, batch_problem,
                               run_points, say)
 from simkit.cli.common import _fail, _Interrupts, _Parser
+from simkit.output.plots import capacity_plot
 from simkit.sim import input_files, load_scenario
 from simkit.spec import ConfigError, Scenario
 
@@ -174,7 +174,7 @@ def _capacity(args, base: Scenario, common: list, folder: OutputFolder) -> int:
     table = _table(outcomes, args.sla_fraction)
     table.to_csv(os.path.join(folder.work, "capacity.csv"), index=False)
     lo, hi = search.bracket()
-    _plot(table, args, base, lo).savefig(os.path.join(folder.work, "capacity.png"), dpi=110,
+    capacity_plot(table, args.sla_fraction, base.name, lo).savefig(os.path.join(folder.work, "capacity.png"), dpi=110,
                                          metadata={"Software": None})
     try:
         folder.commit()
@@ -240,36 +240,6 @@ def _table(outcomes: dict, fraction: float):
             "error": outcome["error"],
         })
     return pd.DataFrame(rows)
-
-
-def _plot(table, args, base: Scenario, lo: Optional[float]):
-    """The SLA fraction (and each bound's alone) against the offered rate, the target share
-    dashed and the capacity found marked."""
-    from matplotlib.figure import Figure
-
-    from simkit.output.plots import plain
-
-    fig = Figure(figsize=(7, 4.5), layout="constrained")
-    ax = fig.subplots()
-    rate = table["offered_requests_per_s"].astype(float)
-    ax.plot(rate, table["sla_fraction"].astype(float), marker="o", color="tab:green", label="every bound")
-    for column, colour in (("ttft_fraction", "tab:blue"), ("itl_fraction", "tab:orange"), ("e2e_fraction", "tab:red")):
-        if column in table and table[column].notna().any():
-            ax.plot(rate, table[column].astype(float), marker=".", linestyle=":", color=colour,
-                    label=column.split("_")[0].upper() + " alone")
-    ax.axhline(args.sla_fraction, color="k", linestyle="--", linewidth=1, label=f"target {args.sla_fraction:.0%}")
-    if lo is not None:
-        found = table.loc[table["multiplier"] == lo, "offered_requests_per_s"].astype(float)
-        if len(found) and math.isfinite(found.iloc[0]):
-            ax.axvline(found.iloc[0], color="tab:green", linestyle="--", linewidth=1,
-                       label=f"capacity {found.iloc[0]:.3g} requests/s")
-    ax.set_xlabel("offered load (requests/s)")
-    ax.set_ylabel("fraction of requests within the SLA")
-    ax.set_ylim(-0.02, 1.02)
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize="small", loc="lower left")
-    ax.set_title(plain(f"{base.name}: capacity for {args.sla_fraction:.0%} within the SLA"), fontsize="medium")
-    return fig
 
 
 if __name__ == "__main__":  # pragma: no cover

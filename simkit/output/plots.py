@@ -6,6 +6,7 @@ Part of :mod:`simkit.output`; the only matplotlib importer.
 
 from __future__ import annotations
 
+import math
 from typing import Optional, Sequence
 
 import numpy as np
@@ -334,3 +335,35 @@ def _labels(fig, ax, points: Sequence[tuple[float, float, str]]) -> None:
         if shift:
             note.set_position((4, 4 + shift * 72.0 / fig.dpi))
         placed.append(box.translated(0, shift))
+
+
+def capacity_plot(table, sla_fraction: float, name: str, capacity_multiplier: Optional[float]):
+    """The SLA fraction (and each bound's alone) against the offered rate, the target share
+    dashed and the capacity found marked: a matplotlib Figure.
+
+    ``table``: capacity's table (columns ``multiplier``, ``offered_requests_per_s``,
+    ``sla_fraction`` and ``ttft_fraction``/``itl_fraction``/``e2e_fraction`` where present);
+    ``capacity_multiplier``: the row found (None when none meets ``sla_fraction``)."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7, 4.5), layout="constrained")
+    ax = fig.subplots()
+    rate = table["offered_requests_per_s"].astype(float)
+    ax.plot(rate, table["sla_fraction"].astype(float), marker="o", color="tab:green", label="every bound")
+    for column, colour in (("ttft_fraction", "tab:blue"), ("itl_fraction", "tab:orange"), ("e2e_fraction", "tab:red")):
+        if column in table and table[column].notna().any():
+            ax.plot(rate, table[column].astype(float), marker=".", linestyle=":", color=colour,
+                    label=column.split("_")[0].upper() + " alone")
+    ax.axhline(sla_fraction, color="k", linestyle="--", linewidth=1, label=f"target {sla_fraction:.0%}")
+    if capacity_multiplier is not None:
+        found = table.loc[table["multiplier"] == capacity_multiplier, "offered_requests_per_s"].astype(float)
+        if len(found) and math.isfinite(found.iloc[0]):
+            ax.axvline(found.iloc[0], color="tab:green", linestyle="--", linewidth=1,
+                       label=f"capacity {found.iloc[0]:.3g} requests/s")
+    ax.set_xlabel("offered load (requests/s)")
+    ax.set_ylabel("fraction of requests within the SLA")
+    ax.set_ylim(-0.02, 1.02)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize="small", loc="lower left")
+    ax.set_title(plain(f"{name}: capacity for {sla_fraction:.0%} within the SLA"), fontsize="medium")
+    return fig

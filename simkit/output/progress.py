@@ -4,6 +4,8 @@ unchanged). Part of :mod:`simkit.output`."""
 
 from __future__ import annotations
 
+import sys
+
 
 def attach_progress(sim) -> None:
     """Show a tqdm bar for ``sim`` (a built Simulation) on stderr while it runs."""
@@ -22,3 +24,10 @@ def attach_progress(sim) -> None:
             bar.set_postfix_str(f"sim {at:,.0f} s", refresh=False)
 
     sim.collector.listeners.append(ended)
+
+
+def run_bar(total: int, progress: bool):
+    """A tqdm bar on stderr counting a batch's ``total`` runs (hidden unless ``progress``)."""
+    from tqdm import tqdm
+
+    return tqdm(total=total, disable=not progress, unit="run", file=sys.stderr, leave=False)

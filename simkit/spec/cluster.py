@@ -44,7 +44,7 @@ class LinkSpec:
     def __attrs_post_init__(self) -> None:
         if self.sharing == "uncontended" and self.channels != 1:
             raise FieldValueError("channels", "'channels' has no effect with 'sharing: uncontended' "
-                                  f"(every transfer runs at once): remove it or use 'sharing: channels'")
+                                  "(every transfer runs at once): remove it or use 'sharing: channels'")
 
 
 @frozen
