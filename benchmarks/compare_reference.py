@@ -11,8 +11,9 @@ Prints summary mean/p50/p90/p99 of TTFT, ITL and E2E side by side and, per reque
 trace line), the median, p90 and p99 of |relative error|, plus wall time and peak memory.
 
 ``--router kv_router`` routes KV-aware on both sides (``--router-json`` passes KvRouterConfig
-fields to both) and compares with the median of ``--peer-runs`` reference runs (3 by default),
-since the reference breaks ties at random; ``--workers`` sets the pool size.
+fields to both) and compares the median of as many simkit seeds with the median of ``--peer-runs``
+reference runs (3 by default), since both break ties at random (simkit from its seeded stream);
+``--workers`` sets the pool size.
 
 Example:
     python benchmarks/compare_reference.py --mode disagg --backend sglang \
@@ -179,11 +180,16 @@ def main() -> None:
     sim_peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     ours = {row["id"]: row for row in request_rows(records)}
     summary = summarize(records)
-    if sampled_speculation(args):  # acceptances drawn: the median of as many seeds as the reference's
+    summaries_ours = [summary]
+    if sampled_speculation(args) or args.router == "kv_router":
+        # the reference draws acceptances and breaks routing ties at random: compare the median
+        # of as many simkit seeds (acceptance streams, the router's tie stream) as reference runs
         pool = "aggregated" if args.mode == "agg" else "decode"
-        summaries_ours = [summary] + [
-            summarize(simulate(override(scenario, {f"pools.{pool}.speculative.seed": 42 + i}), record_token_times=False))
-            for i in range(1, runs)]
+        for i in range(1, runs):
+            seeded = {"seed": scenario.seed + i}
+            if sampled_speculation(args):
+                seeded[f"pools.{pool}.speculative.seed"] = 42 + i
+            summaries_ours.append(summarize(simulate(override(scenario, seeded), record_token_times=False)))
         summary = dict(median_summary(summaries_ours, reuse_key="prefix_cache_hit_ratio"))
 
     peer_wall = peer_peak = None
@@ -207,14 +213,16 @@ def main() -> None:
           f"reference {peer_summary['completed']} completed")
     failed = []  # the agreement targets of issue 3, checked below
     many = len(summaries) > 1
+    ours_spread = spread_of(summaries_ours) if len(summaries_ours) > 1 else None
     print(f"{'metric':10}{'q':>5}{'simkit':>12}{'reference':>12}{'rel diff':>10}"
-          + (f"{'ref spread':>12}" if many else ""))
+          + (f"{'ref spread':>12}" if many else "") + (f"{'sim spread':>12}" if ours_spread else ""))
     for metric in ("ttft_ms", "itl_ms", "e2e_ms"):
         for q in ("mean", "p50", "p90", "p99"):
             a, b = summary[metric][q], peer_summary[metric][q]
             tol = max(SUMMARY_TOLERANCE, spread[metric][q])
             print(f"{metric:10}{q:>5}{a:12.2f}{b:12.2f}{(a / b - 1) * 100:9.2f}%"
-                  + (f"{spread[metric][q] * 100:11.2f}%" if many else ""))
+                  + (f"{spread[metric][q] * 100:11.2f}%" if many else "")
+                  + (f"{ours_spread[metric][q] * 100:11.2f}%" if ours_spread else ""))
             if q != "mean" and abs(a / b - 1) > tol and (metric != "itl_ms" or not many):
                 failed.append(f"summary {metric} {q}")
     ours_reuse = summary["prefix_cache_hit_ratio"]

@@ -103,7 +103,11 @@ def _scenario(scenario: Union[str, os.PathLike, Mapping, Scenario],
     elif isinstance(scenario, Mapping):
         base = scenario_from_dict(dict(scenario), source="<dict>")
     else:
-        return load_scenario(os.fspath(scenario), list((overrides or {}).items()))
+        try:
+            return load_scenario(os.fspath(scenario), list((overrides or {}).items()))
+        except ConfigError as exc:  # the loader names a bad override as the CLI's --set; here it is an override
+            raise ConfigError([("override " + m[len("--set "):]) if m.startswith("--set ") else m
+                               for m in exc.messages]) from None
     return override(base, dict(overrides)) if overrides else base
 
 

@@ -168,3 +168,17 @@ def test_grid_values_may_be_lists_and_mappings():
         ("router", [{"kind": "kv_aware", "router_temperature": 0.5}, {"kind": "round_robin"}]),
         ("name", ["a,b", "c"]),
     ]
+
+
+def test_an_api_override_error_names_the_override_not_the_clis_set():
+    with pytest.raises(simkit.ConfigError) as info:
+        simkit.run(str(REPO / "scenarios" / "agg.yaml"), {"pools.aggregated.wrkers": 2})
+    assert info.value.messages == ["override pools.aggregated.wrkers: unknown field(s) wrkers @ $.pools.aggregated"]
+
+
+def test_a_set_that_changes_a_sections_kind_says_to_replace_the_section(capsys):
+    from simkit.cli import main
+
+    assert main([str(REPO / "scenarios" / "roofline.yaml"), "--set", "latency.kind=polynomial"]) == 2
+    assert capsys.readouterr().err.strip().endswith(
+        "(the section keeps its other fields; replace it whole: --set 'latency={kind: polynomial}') @ $.latency")

@@ -44,6 +44,44 @@ def test_a_run_that_keeps_up_is_not_called_overloaded():
     assert sat["served_requests_per_s"] == pytest.approx(sat["offered_requests_per_s"], rel=0.15)
 
 
+def test_a_short_run_that_keeps_up_is_not_called_overloaded():
+    """disagg.yaml on its first 200 requests: the requests being decoded climb from 0 to about
+    rate x E2E during any run (Little's law), which is not a backlog; the requests waiting for a
+    first token stay few. (Counting every request not yet ended called this run overloaded.)"""
+    scenario = load_scenario(str(REPO / "scenarios" / "disagg.yaml"), [("workload.num_requests", 200)])
+    sat = summarize(simulate(scenario), scenario.sla)["saturation"]
+    assert sat["overloaded"] is False and sat["verdict"].startswith("keeps up")
+    assert sat["backlog_at_last_arrival"] < 20
+
+
+def test_a_run_whose_requests_are_all_rejected_says_so_not_that_it_keeps_up():
+    scenario = load_scenario(AGG, [("workload.num_requests", 50), ("pools.aggregated.num_gpu_blocks", 1)])
+    sat = summarize(simulate(scenario), scenario.sla)["saturation"]
+    assert sat["rejected"] == 50 and sat["overloaded"] is False and sat["backlog_at_last_arrival"] == 0
+    assert sat["verdict"].startswith("serves nothing: all 50 requests rejected")
+
+
+def test_the_backlog_counts_requests_waiting_for_a_first_token():
+    """Hand-built records: 3 requests arrive at 0, 1 and 2 s; the first has its first token at
+    0.5 s, the second at 2.5 s, the third never (incomplete). Sampled at 20 times over [0, 2],
+    the last sample (t = 2 s) holds rid 1 (arrived 1, first token 2.5) and rid 2: 2 deep."""
+    from simkit.core.records import RequestRecord
+
+    recs = [RequestRecord(rid=rid, arrived_at=arrived, dispatched_at=arrived, input_length=10,
+                          requested_output_length=5, output_length=5 if first else 0, status=status,
+                          first_admitted_at=arrived, first_token_at=first, second_token_at=None, last_token_at=end,
+                          finished_at=end, prefilled_at=None, handed_off_at=None, decode_admitted_at=None,
+                          cached_tokens=0, prefill_worker=None, decode_worker=0)
+            for rid, (arrived, first, end, status) in enumerate([(0.0, 0.5, 1.0, "completed"),
+                                                                 (1.0, 2.5, 3.0, "completed"),
+                                                                 (2.0, None, None, "incomplete")])]
+    from simkit.output.report import _saturation, record_columns
+
+    sat = _saturation(record_columns(recs))
+    assert sat["backlog_at_last_arrival"] == 2 and sat["offered_requests_per_s"] == 1.0
+    assert sat["served_requests_per_s"] == 2 / 3.0  # 2 completed over (3.0 - 0.0) s
+
+
 def test_capacity_finds_a_rate_that_holds_and_10_percent_more_does_not(tmp_path, capsys):
     out = tmp_path / "cap"
     code = main(["capacity", AGG, "--set", "workload.num_requests=600", "--jobs", "1", "--tolerance", "0.05",
@@ -151,3 +189,26 @@ def test_recommend_refuses_what_it_cannot_search(argv, message, tmp_path, capsys
     assert main(["recommend", AGG, "--out", str(tmp_path / "x"), *argv]) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
+
+
+def test_recommend_tries_aggregated_layouts_of_a_scenario_with_a_link(tmp_path):
+    """disagg.yaml has a link section: an aggregated trial drops it instead of failing with
+    "'link' applies only to disaggregated pools"."""
+    out = tmp_path / "rec"
+    code = main(["recommend", str(REPO / "scenarios" / "disagg.yaml"), "--gpus", "4", "--space", "mode=aggregated",
+                 "--space", "tp=1", "--space", "workers=2", "--trials", "1", "--set", "workload.num_requests=40",
+                 "--jobs", "1", "--out", str(out)])
+    assert code == 0
+    table = pd.read_csv(out / "recommend.csv")
+    assert list(table["status"]) == ["ok"] and list(table["mode"]) == ["aggregated"]
+
+
+def test_recommend_with_every_trial_failed_writes_nothing_and_exits_2(tmp_path, capsys):
+    out = tmp_path / "rec"
+    code = main(["recommend", AGG, "--gpus", "4", "--space", "max_num_seqs=0", "--space", "tp=1",
+                 "--space", "workers=1", "--trials", "1", "--set", "workload.num_requests=20", "--jobs", "1",
+                 "--out", str(out)])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "every trial of recommend failed; the first: " in err and "max_num_seqs" in err
+    assert not out.exists() and not list(tmp_path.iterdir())

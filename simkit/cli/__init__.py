@@ -23,7 +23,7 @@ there and never from this package, so there is no import cycle. The version (``-
 ``run_info.json``) is ``simkit.__version__``: the commands may import the root package, which never
 imports this one.
 
-A new subcommand (the coming ones: ``recommend``, ``capacity``, ``serve``) goes in its own module
+A new subcommand (the coming one: ``serve``) goes in its own module
 ``simkit/cli/NAME.py``: an entry function that takes the arguments after NAME and returns the
 exit code, a parser built as ``common._Parser(prog="python -m simkit NAME", ...)``, and messages
 through ``common._fail``. Then import its entry function in ``_subcommand`` below, name it in the

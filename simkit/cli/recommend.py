@@ -37,6 +37,7 @@ import itertools
 import math
 import os
 import random
+import shutil
 import sys
 from typing import Any, Optional, Sequence
 
@@ -158,6 +159,7 @@ class Layout:
         self.latency = data["latency"]
         self.tp_capable = unresolved.latency.kind in ("roofline", "aic")
         self.mode = unresolved.mode
+        self.has_link = data.get("link") is not None
         self.pool_fields = pool_fields
 
     def overrides(self, config: dict, gpus: int) -> tuple[list, int]:
@@ -195,6 +197,8 @@ class Layout:
             knob = "workers" if n == "aggregated" else f"{n}_workers"
             config[knob] = pools[n]["workers"]
         out: list = [("pools", pools)]
+        if mode == "aggregated" and self.has_link:  # the handoff link is a disaggregated cluster's only
+            out.append(("link", None))
         if "router" in config:
             out.append(("router", {"kind": config["router"]}))
         for key, value in config.items():
@@ -375,6 +379,12 @@ def _recommend(args, base: Scenario, layout: Layout, space: dict, common: list, 
         sampler.tell(scores)
         if sampler.exhausted():
             break
+    failures = [row["error"] for row in rows if row["status"] != "ok"]
+    if not rows or len(failures) == len(rows):  # a bad trace or space, say: one error, nothing written
+        shutil.rmtree(folder.work, ignore_errors=True)
+        return _fail([f"every trial of recommend failed; the first: {failures[0]}" if failures else
+                      f"recommend: no configuration of the space fits {args.gpus} GPUs (one worker per pool at its "
+                      "TP sizes is already more); raise --gpus or narrow --space"])
     table = pd.DataFrame(rows).sort_values(["meets_sla", "score"], ascending=[False, False], kind="stable")
     table.insert(0, "rank", range(1, len(table) + 1))
     os.makedirs(os.path.join(folder.work, "ranked"), exist_ok=True)
@@ -398,7 +408,7 @@ def _recommend(args, base: Scenario, layout: Layout, space: dict, common: list, 
     except OSError as exc:
         say(f"simkit: cannot write the results: {exc.strerror or exc}", err=True)
         return 1
-    _print(shown, knobs, args, base, folder.out)
+    _print(shown, knobs, list(space), args, base, folder.out)
     return 0
 
 
@@ -436,7 +446,8 @@ def _row(name: str, config: dict, overrides: list, gpus: int, outcome: dict, val
     return row
 
 
-def _print(table, knobs: list, args, base: Scenario, out: str) -> None:
+def _print(table, knobs: list, every_knob: list, args, base: Scenario, out: str) -> None:
+    """The top of the table (the knobs that varied), then the recommendation with every knob."""
     import pandas as pd
 
     columns = ["rank"] + [k for k in knobs if k in table] + ["gpus", "goodput_fraction", "goodput_tokens_per_s_per_gpu",
@@ -450,7 +461,7 @@ def _print(table, knobs: list, args, base: Scenario, out: str) -> None:
             say(line)
     best = table.iloc[0] if len(table) else None
     if best is not None and best["status"] == "ok":
-        what = ", ".join(f"{k}={_plain(best[k])}" for k in knobs if k in best and best[k] == best[k])
+        what = ", ".join(f"{k}={_plain(best[k])}" for k in every_knob if k in best and best[k] == best[k])
         if best["meets_sla"]:
             say(f"recommended ({args.target}): {what}: {int(best['gpus'])} GPUs, {best['goodput_fraction']:.1%} of "
                 f"requests within the SLA, {best['goodput_tokens_per_s_per_gpu']:.4g} good output tokens/s per GPU; "

@@ -29,8 +29,9 @@ def _parser() -> argparse.ArgumentParser:
         description="Simulate LLM serving (aggregated or disaggregated) on a scenario file.",
         epilog="Other commands: 'python -m simkit compare RUN_DIR ...' (side-by-side summaries), "
                "'python -m simkit step --model M --gpu G ...' (one pass's roofline breakdown), "
-               "'python -m simkit sweep SCENARIO.yaml --grid KEY=V1,V2 ...' (parameter sweeps) and "
-               "'python -m simkit capacity SCENARIO.yaml' (the highest rate within the SLA); "
+               "'python -m simkit sweep SCENARIO.yaml --grid KEY=V1,V2 ...' (parameter sweeps), "
+               "'python -m simkit capacity SCENARIO.yaml' (the highest rate within the SLA) and "
+               "'python -m simkit recommend SCENARIO.yaml --gpus N' (what to deploy within a GPU budget); "
                "each has its own --help.",
     )
     p.add_argument("scenario", help="scenario YAML file, e.g. scenarios/disagg.yaml")
@@ -59,7 +60,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="replay a long workload with memory bounded by the requests in flight: requests are "
                         "read as the run reaches them and records written to disk as requests end (rows of "
                         "requests.jsonl then come in completion order)")
-    p.add_argument("--no-plots", action="store_true", help="do not draw the latency CDF plot")
+    p.add_argument("--no-plots", action="store_true", help="draw no plots (latency CDF, planner, pass timeline, worker series)")
     p.add_argument("--quiet", action="store_true",
                    help="print only the output folder's path (no table, no progress bar)")
     p.add_argument("--version", action="version", version=f"simkit {__version__}")

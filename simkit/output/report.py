@@ -56,13 +56,14 @@ def request_row(r) -> dict[str, Any]:
         "decode_worker": r.decode_worker,
         "priority": r.priority,
         "verify_rounds": r.verify_rounds,
+        "accepted_drafts": r.accepted_drafts,
         "accept_length": r.accept_length,
     }
 
 
 #: the column types of request rows (JSON null = a missing value): ints, floats (ms) and status
 ROW_INT_COLUMNS = ("id", "input_length", "output_length", "requested_output_length", "cached_tokens", "verify_rounds",
-                   "prefill_worker", "decode_worker")
+                   "accepted_drafts", "prefill_worker", "decode_worker")
 
 
 def request_rows(records: RunRecords) -> list[dict[str, Any]]:
@@ -271,38 +272,52 @@ def _saturation(cols: dict) -> Optional[dict]:
 
     Over the arrival window (first to last release), ``offered_requests_per_s`` = (released -
     1) / window; ``served_requests_per_s`` = completed requests / (last end - first release);
-    the backlog (requests released and not ended) sampled at 20 evenly spaced times
-    across it, its least-squares growth ``backlog_growth_per_s`` and its value at the last
-    release ``backlog_at_last_arrival``. ``overloaded``: the backlog grows faster than 5% of
-    the offered rate and ends the window at least 20 requests deep (queueing theory: below
-    saturation the backlog of a stable queue does not grow; above it, it grows at the offered
-    minus the served rate). ``verdict``: one line saying so. None with fewer than 2 releases or
-    all at one instant."""
+    the backlog, requests released (and not rejected) still waiting for their first token
+    (their end, without output tokens), sampled at 20 evenly spaced times across the window,
+    its least-squares growth ``backlog_growth_per_s`` and its value at the last release
+    ``backlog_at_last_arrival``. Requests being decoded are not backlog: a stable cluster
+    holds about rate x E2E of them (Little's law), a number that climbs from 0 at the start of
+    any run, while the requests waiting for a first token stay few (rate x TTFT) unless the
+    cluster falls behind. ``overloaded``: the backlog grows faster than 5% of the offered rate
+    and ends the window at least 20 requests deep (queueing theory: below saturation the
+    queue of a stable system does not grow; above it, it grows at the offered minus the served
+    rate). ``rejected``: requests refused (they are not backlog; the verdict names them).
+    ``verdict``: one line saying so. None with fewer than 2 releases or all at one instant."""
     arrived = cols["arrived_at"]
-    released = np.sort(arrived[~np.isnan(arrived)])
-    if len(released) < 2 or released[-1] <= released[0]:
+    status = cols["status"]
+    released_all = ~np.isnan(arrived)
+    rejected = int(np.count_nonzero(released_all & (status == "rejected")))
+    kept = released_all & (status != "rejected")
+    released = np.sort(arrived[kept])
+    if np.count_nonzero(released_all) < 2 or released_all.sum() and np.ptp(arrived[released_all]) <= 0:
         return None
-    t0, t1 = float(released[0]), float(released[-1])
+    t0, t1 = float(np.min(arrived[released_all])), float(np.max(arrived[released_all]))
     window = t1 - t0
-    ended = cols["finished_at"][cols["status"] != "incomplete"]
-    ended = np.sort(ended[~np.isnan(ended)])
+    served_first = np.where(np.isnan(cols["first_token_at"]), cols["finished_at"], cols["first_token_at"])[kept]
+    served_first = np.sort(served_first[~np.isnan(served_first)])
     times = np.linspace(t0, t1, _BACKLOG_SAMPLES)
-    backlog = (np.searchsorted(released, times, side="right") - np.searchsorted(ended, times, side="right"))
+    backlog = (np.searchsorted(released, times, side="right") - np.searchsorted(served_first, times, side="right"))
     growth = float(np.polyfit(times, backlog.astype(float), 1)[0])
-    offered = (len(released) - 1) / window
-    completed = cols["finished_at"][cols["status"] == "completed"]
+    offered = (int(np.count_nonzero(released_all)) - 1) / window
+    completed = cols["finished_at"][status == "completed"]
     served = len(completed) / (float(completed.max()) - t0) if len(completed) and completed.max() > t0 else 0.0
     deep = int(backlog[-1])
     overloaded = growth > OVERLOAD_GROWTH_SHARE * offered and deep >= OVERLOAD_MIN_BACKLOG
-    if overloaded:
-        verdict = (f"overloaded: {offered:.3g} requests/s offered, {served:.3g}/s served; the backlog grows by "
-                   f"{growth:.3g}/s while they arrive and ends {deep} requests deep, so latency grows with the "
-                   "run's length")
+    n_released = int(np.count_nonzero(released_all))
+    refused = (f"; {rejected} of {n_released} requests rejected (each could never fit a worker: its KV "
+               "cache or max_model_len)" if rejected else "")
+    if rejected == n_released:
+        verdict = (f"serves nothing: all {n_released} requests rejected (each could never fit a worker: its KV "
+                   "cache or max_model_len)")
+    elif overloaded:
+        verdict = (f"overloaded: {offered:.3g} requests/s offered, {served:.3g}/s served; the requests waiting "
+                   f"for a first token grow by {growth:.3g}/s while they arrive and end {deep} deep, so latency "
+                   f"grows with the run's length{refused}")
     else:
-        verdict = f"keeps up: {offered:.3g} requests/s offered, {served:.3g}/s served"
+        verdict = f"keeps up: {offered:.3g} requests/s offered, {served:.3g}/s served{refused}"
     return {"offered_requests_per_s": offered, "served_requests_per_s": served,
             "backlog_growth_per_s": growth, "backlog_at_last_arrival": deep, "overloaded": overloaded,
-            "verdict": verdict}
+            "rejected": rejected, "verdict": verdict}
 
 
 def _worker_summary(records: RunRecords) -> dict:

@@ -218,8 +218,14 @@ def load_scenario(path: str, overrides: Optional[list[tuple[str, Any]]] = None, 
 def _blame_override(message: str, path: str, overrides: list[tuple[str, Any]]) -> str:
     """Name the ``--set`` that introduced the bad value instead of the file, when one did."""
     where = message.rpartition(" @ ")[2]
-    for key, _ in reversed(overrides):
+    for key, value in reversed(overrides):
         target = "$." + key
+        if target == where + ".kind" and "unknown field(s)" in message:
+            # the other fields of the section are the old kind's: a new kind replaces the whole section
+            section = key.rpartition(".")[0]
+            text, _, at = message.rpartition(" @ ")
+            return (f"--set {key}{text[len(path):]} (the section keeps its other fields; replace it whole: "
+                    f"--set '{section}={{kind: {value}}}') @ {at}")
         if where == target or where.startswith(target + ".") or target == where + ".kind":
             return f"--set {key}" + message[len(path):]
         if target.startswith(where + "."):
