@@ -9,10 +9,11 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
-from simkit.cli.common import _check_out, _default_out, _printable
-from simkit.spec import parse_overrides
+from simkit.cli.common import _check_out, _default_out, _fail, _Interrupts, _printable
+from simkit.sim import input_files, load_scenario
+from simkit.spec import ConfigError, Scenario, parse_overrides
 from simkit.output.files import beside, claim_folder, folder_content, move_into_place, sibling_tmp_dir
 
 
@@ -144,3 +145,36 @@ def batch_overrides(args) -> list:
     if args.trace is not None:
         common.insert(0, ("workload", {"kind": "trace", "path": os.path.abspath(os.path.expanduser(args.trace))}))
     return common
+
+
+def batch_scenario(args, command: str, verb: str) -> tuple[list, Scenario]:
+    """The overrides (:func:`batch_overrides`) and the scenario they give, which must set an
+    SLA for ``command`` to ``verb`` (hold, meet).
+
+    Raises:
+        ConfigError: a bad scenario or override, or no SLA.
+    """
+    common = batch_overrides(args)
+    base = load_scenario(args.scenario, common)
+    if base.sla is None or not base.sla.is_set:
+        raise ConfigError([f"{args.scenario}: {command} needs an SLA to {verb}: set sla.ttft_ms, sla.itl_ms or "
+                           "sla.e2e_ms (e.g. --set sla.ttft_ms=500)"])
+    return common, base
+
+
+def run_batch(args, base: Scenario, command: str, runs: str, body: Callable[[OutputFolder], int]) -> int:
+    """``body(folder)`` in the batch's :class:`OutputFolder` (``--out``, or
+    ``runs/COMMAND-NAME-STAMP``; every file the scenario reads protected), its exit code; an
+    unusable folder is exit 2, an interrupt exit 130 with a line naming where the ``runs`` so
+    far were kept."""
+    inputs = [args.scenario] + [path for _, path in input_files(base)]
+    folder = OutputFolder(args.out, args.force, base.name, f"{command}-", inputs)
+    try:
+        with folder, _Interrupts():
+            return body(folder)
+    except OutputError as exc:
+        return _fail([str(exc)])
+    except KeyboardInterrupt:
+        kept = f"; the {runs} run so far are in {folder.kept}" if folder.kept else ""
+        say(f"simkit: {command} interrupted{kept}", err=True)
+        return 130

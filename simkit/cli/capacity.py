@@ -21,11 +21,10 @@ import os
 import sys
 from typing import Any, Optional, Sequence
 
-from simkit.cli.batch import (OutputError, OutputFolder, add_batch_arguments, batch_overrides, batch_problem,
+from simkit.cli.batch import (OutputFolder, add_batch_arguments, batch_problem, batch_scenario, run_batch,
                               run_points, say)
-from simkit.cli.common import _fail, _Interrupts, _Parser
+from simkit.cli.common import _fail, _Parser
 from simkit.output.plots import capacity_plot
-from simkit.sim import input_files, load_scenario
 from simkit.spec import ConfigError, Scenario
 
 #: multipliers tried at most while bracketing (2^12 up or down)
@@ -135,25 +134,11 @@ def main(argv: Sequence[str]) -> int:
     if not 0.0 < args.tolerance < 1.0:
         return _fail([f"--tolerance {args.tolerance:g}: expected a share in (0, 1)"])
     try:
-        common = batch_overrides(args)
-        base = load_scenario(args.scenario, common)
-        if base.sla is None or not base.sla.is_set:
-            return _fail([f"{args.scenario}: capacity needs an SLA to hold: set sla.ttft_ms, sla.itl_ms or "
-                          "sla.e2e_ms (e.g. --set sla.ttft_ms=500)"])
+        common, base = batch_scenario(args, "capacity", "hold")
         load_overrides(base, 1.0)  # a closed loop is refused before anything runs
     except ConfigError as exc:
         return _fail(exc.messages)
-    inputs = [args.scenario] + [path for _, path in input_files(base)]
-    folder = OutputFolder(args.out, args.force, base.name, "capacity-", inputs)
-    try:
-        with folder, _Interrupts():
-            return _capacity(args, base, common, folder)
-    except OutputError as exc:
-        return _fail([str(exc)])
-    except KeyboardInterrupt:
-        kept = f"; the points run so far are in {folder.kept}" if folder.kept else ""
-        say(f"simkit: capacity interrupted{kept}", err=True)
-        return 130
+    return run_batch(args, base, "capacity", "points", lambda folder: _capacity(args, base, common, folder))
 
 
 def _capacity(args, base: Scenario, common: list, folder: OutputFolder) -> int:

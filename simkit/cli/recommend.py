@@ -41,12 +41,12 @@ import shutil
 import sys
 from typing import Any, Optional, Sequence
 
-from simkit.cli.batch import (OutputError, OutputFolder, add_batch_arguments, batch_overrides, batch_problem,
+from simkit.cli.batch import (OutputFolder, add_batch_arguments, batch_problem, batch_scenario, run_batch,
                               run_points, say)
 from simkit.cli.capacity import BOUND_NAMES, binding_bound
-from simkit.cli.common import _fail, _Interrupts, _Parser
+from simkit.cli.common import _fail, _Parser
 from simkit.cli.sweep import _split_values
-from simkit.sim import input_files, load_scenario
+from simkit.sim import load_scenario
 from simkit.spec import ConfigError, Scenario, dump_scenario, yaml_load
 from simkit.spec import load_scenario as load_unresolved
 from simkit.spec import to_dict
@@ -258,11 +258,7 @@ def main(argv: Sequence[str]) -> int:
     if problem:
         return _fail([problem])
     try:
-        common = batch_overrides(args)
-        base = load_scenario(args.scenario, common)
-        if base.sla is None or not base.sla.is_set:
-            return _fail([f"{args.scenario}: recommend needs an SLA to meet: set sla.ttft_ms, sla.itl_ms or "
-                          "sla.e2e_ms (e.g. --set sla.ttft_ms=500)"])
+        common, base = batch_scenario(args, "recommend", "meet")
         if base.planner is not None:
             return _fail([f"{args.scenario}: recommend sizes fixed deployments; remove the planner (--set planner=null)"])
         unresolved = load_unresolved(args.scenario, common, resolve=None)
@@ -275,17 +271,9 @@ def main(argv: Sequence[str]) -> int:
     if unknown:
         return _fail([f"--space {unknown[0]}: not a knob (mode, tp, workers, prefill_tp, prefill_workers, decode_tp, "
                       "decode_workers, router), a pool field (max_num_seqs, ...) or a dotted scenario field"])
-    inputs = [args.scenario] + [path for _, path in input_files(base)]
-    folder = OutputFolder(args.out, args.force, base.name, "recommend-", inputs)
-    try:
-        with folder, _Interrupts():
-            return _recommend(args, base, Layout(unresolved, pool_fields), space, common, folder)
-    except OutputError as exc:
-        return _fail([str(exc)])
-    except KeyboardInterrupt:
-        kept = f"; the trials run so far are in {folder.kept}" if folder.kept else ""
-        say(f"simkit: recommend interrupted{kept}", err=True)
-        return 130
+    layout = Layout(unresolved, pool_fields)
+    return run_batch(args, base, "recommend", "trials",
+                     lambda folder: _recommend(args, base, layout, space, common, folder))
 
 
 class _Sampler:
