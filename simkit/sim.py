@@ -212,6 +212,7 @@ class Simulation:
             self.link = KvLink(env, scenario.link, handoff_queue, probe)
         entry_name = "aggregated" if scenario.mode == "aggregated" else "prefill"
         self._pass_end_hook = None  # set once the router exists (router queue thresholds)
+        self._kv_watched = False  # likewise: the router queue's max_kv_usage watches the entry pool's KV
         self._kv_listener = None  # set once the router exists (a KV-aware router's KV events)
         self._clock = None  # the planner, once it exists (fast-forward horizon)
         self.router: Optional[Router] = None
@@ -234,6 +235,7 @@ class Simulation:
                                 horizon=self.time_limit, record_passes=record_passes, seed=scenario.seed)
                 if entry:
                     worker.on_pass_end = self._pass_end_hook
+                    worker.kv_watched = self._kv_watched
                     if self._kv_listener is not None:
                         worker.publish_kv_events(self._kv_listener, event_lag_s)
                 worker.sched.private_ids = private
@@ -274,8 +276,10 @@ class Simulation:
                 self._wire_pairing(worker)
         if scenario.router_queue.enabled:
             self._pass_end_hook = self.router.poke
+            self._kv_watched = scenario.router_queue.max_kv_usage is not None
             for worker in self.pools[entry_name]:
                 worker.on_pass_end = self.router.poke
+                worker.kv_watched = self._kv_watched
         self.collector.listeners.append(self.source.ended)
         self.planner: Optional[Planner] = None
         if dynamic:

@@ -146,6 +146,11 @@ class Worker:
         #: called when this worker's load may have dropped: after each pass, a rejection, a
         #: release of prompt KV (the router re-checks its busy thresholds)
         self.on_pass_end: Optional[Callable[[], None]] = None
+        #: a router queue holds requests while this worker's KV use is above a threshold: every
+        #: pass end that frees blocks must reach it. A verify round frees its rejected drafts'
+        #: blocks, so runs of verify rounds are stepped pass by pass here (plain decode runs
+        #: only grow KV use, so none of their pass ends can release a held request)
+        self.kv_watched = False
         #: set by a :class:`Drain` message: finish the work held, then stop
         self.draining = False
         #: called once, at the instant a draining worker holds nothing more (its pool frees it)
@@ -545,7 +550,8 @@ class Worker:
             deferring = self.async_scheduling
             if self.fast_forward and not pending_reserve and not self.deferred:
                 k = sched.decode_run_length(batch)
-                plan = sched.verify_run(batch, self.pass_log is not None) if k == 1 and sched.speculative is not None else None
+                plan = (sched.verify_run(batch, self.pass_log is not None)
+                        if k == 1 and sched.speculative is not None and not self.kv_watched else None)
                 if k > 1 or plan is not None:
                     yield from self._decode_run(batch, k, plan)
                     self.in_pass = False
