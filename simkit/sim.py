@@ -58,14 +58,11 @@ RANK_STRIDE = 1 << 40
 
 def input_files(scenario: Scenario) -> list[tuple[str, str]]:
     """Every file a run of ``scenario`` reads, as ``(field path, absolute path)``, in field
-    order without repeats: the trace, empirical lengths, pass tables, model configs (paths,
-    not shipped names) and Python policies' modules (:func:`simkit.spec.paths.path_fields`)."""
+    order without repeats: the trace, empirical lengths, pass tables, model and draft-model
+    configs (paths, not shipped names) and Python policies' modules (:func:`simkit.spec.paths.path_fields`)."""
     out: dict[str, str] = {}
     for where, kind, node in spec.path_fields(scenario):
-        if kind == "module":
-            files = module_files(node)
-        else:
-            files = [os.path.abspath(node.path if kind == "file" else node.model)]
+        files = module_files(node) if kind == "module" else [os.path.abspath(node)]
         for path in files:
             out.setdefault(path, where)
     return [(where, path) for path, where in out.items()]

@@ -81,3 +81,40 @@ def test_public_names_keep_their_documented_paths():
         assert getattr(simkit.planner, name) is getattr(planner_process, name)
     decision = simkit.planner.Decision({"decode": 2}, next_tick_s=None)
     assert decision.targets == {"decode": 2}
+
+
+#: string fields of the specs that never name a file (a GPU, a version, a scenario's name, a
+#: policy's ``module:Class``); every other string field must be a path field that
+#: simkit.spec.path_fields reports, so that --force protects it, inputs: records its SHA-256
+#: and a rerun resolves it. A new string field must be classified here.
+NOT_PATHS = {("AicLatency", "gpu"), ("AicLatency", "aic_version"), ("DeploymentLatency", "gpu"),
+             ("RooflineLatency", "gpu"), ("Scenario", "name"), ("PythonPlanner", "path"), ("PythonRouter", "path"),
+             ("PythonPlanner", "search_path"), ("PythonRouter", "search_path")}
+#: the string fields that name a file a run reads (simkit.spec.paths)
+PATHS = {("DeploymentLatency", "model"), ("AicLatency", "model"), ("RooflineLatency", "model"),
+         ("EmpiricalLength", "path"), ("TraceWorkload", "path"), ("TableLatency", "path"),
+         ("SpeculativeSpec", "draft_model")}
+
+
+def test_every_string_field_of_the_specs_is_a_path_field_or_declared_not_one():
+    import importlib
+    import inspect
+
+    from simkit.spec import path_fields
+
+    unknown = []
+    for module in ("workload", "latency", "pools", "cluster", "scenario"):
+        for name, cls in inspect.getmembers(importlib.import_module(f"simkit.spec.{module}"), inspect.isclass):
+            if attrs.has(cls):
+                unknown += [(cls.__name__, f.name) for f in attrs.fields(cls)
+                            if "str" in str(f.type) and "Literal" not in str(f.type)
+                            and (cls.__name__, f.name) not in NOT_PATHS]
+    assert set(unknown) == PATHS
+    # each of them, set to a file, is reported
+    data = {"latency": {"kind": "roofline", "model": "/m/target.json", "gpu": "H100"},
+            "workload": {"kind": "synthetic", "num_requests": 1, "input_tokens": {"kind": "empirical", "path": "/e.jsonl"}},
+            "pools": {"aggregated": {"speculative": {"method": "draft_model", "draft_model": "/m/draft.json",
+                                                     "num_speculative_tokens": 1}}}}
+    found = {(where, value) for where, kind, value in path_fields(structure_only(data, resolve=None)) if kind == "file"}
+    assert found == {("$.latency.model", "/m/target.json"), ("$.workload.input_tokens.path", "/e.jsonl"),
+                     ("$.pools.aggregated.speculative.draft_model", "/m/draft.json")}

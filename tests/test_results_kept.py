@@ -47,6 +47,11 @@ def _scenario_reading_from(out: Path, tmp_path: Path, what: str) -> Path:
                                 "    def pick(self, request, workers): return workers[0]\n")
         body = f"pools: {{aggregated: {{}}}}\nworkload: {{kind: synthetic, num_requests: 4}}\n" \
                f"router: {{kind: python, path: 'mypol:R', search_path: {out}}}\n"
+    elif what == "draft":  # a speculative draft model's config.json
+        shutil.copy(REPO / "simkit" / "engine" / "data" / "models" / "Llama-3.1-8B.json", out / "draft.json")
+        body = ("latency: {kind: roofline, model: Llama-3.1-8B, gpu: H100}\nworkload: {kind: synthetic, "
+                "num_requests: 4}\npools: {aggregated: {speculative: {method: draft_model, draft_model: "
+                f"{out}/draft.json, num_speculative_tokens: 2, acceptance_rates: 0.5}}}}}}\n")
     else:  # a model config.json
         shutil.copy(REPO / "simkit" / "engine" / "data" / "models" / "Llama-3.1-8B.json", out / "config.json")
         body = (f"latency: {{kind: roofline, model: {out}/config.json, gpu: H100}}\npools: {{aggregated: {{}}}}\n"
@@ -54,7 +59,7 @@ def _scenario_reading_from(out: Path, tmp_path: Path, what: str) -> Path:
     return write(tmp_path / "s.yaml", body)
 
 
-@pytest.mark.parametrize("what", ["table", "empirical", "policy", "config"])
+@pytest.mark.parametrize("what", ["table", "empirical", "policy", "config", "draft"])
 def test_force_never_deletes_an_input_that_lives_in_the_output_folder(tmp_path, capsys, what):
     out = tmp_path / "out"
     fill_old_results(out)

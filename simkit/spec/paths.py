@@ -5,7 +5,8 @@ Path fields, wherever they sit (the workload, a pool's latency, an empirical len
 session's turns...), are told by the ``kind`` of the mapping that holds them:
 
 - ``path`` of a ``trace`` workload, an ``empirical`` length and a ``table`` latency model: a file;
-- ``model`` of a ``roofline`` or ``aic`` latency model when it names a file (ends in ``.json``
+- ``model`` of a ``roofline`` or ``aic`` latency model, and ``draft_model`` of a pool's
+  ``speculative`` settings (``method: draft_model``), when it names a file (ends in ``.json``
   or holds a ``/``; a shipped model name does neither);
 - ``search_path`` of a ``python`` router or planner: the folder its module is imported from.
 
@@ -24,6 +25,7 @@ import attrs
 
 from simkit.spec.cluster import PythonPlanner, PythonRouter
 from simkit.spec.latency import DeploymentLatency, TableLatency
+from simkit.spec.pools import SpeculativeSpec
 from simkit.spec.workload import EmpiricalLength, TraceWorkload
 
 __all__ = ["is_model_file", "path_fields", "resolve_paths"]
@@ -59,6 +61,9 @@ def resolve_paths(node: Any, base_dir: str) -> Any:
         fields.append("path")
     if kind in _MODEL_KINDS and isinstance(out.get("model"), str) and is_model_file(out["model"]):
         fields.append("model")
+    if out.get("method") == "draft_model" and isinstance(out.get("draft_model"), str) and is_model_file(
+            out["draft_model"]):
+        fields.append("draft_model")
     if kind == "python":
         fields.append("search_path")
     for name in fields:
@@ -69,13 +74,16 @@ def resolve_paths(node: Any, base_dir: str) -> Any:
 
 def path_fields(spec: Any, where: str = "$") -> Iterator[tuple[str, str, Any]]:
     """The path fields of a structured scenario (or any spec in it), walked through nested
-    specs and lists: ``(field path, kind, spec)`` with kind ``file`` (the spec's ``path``),
-    ``model`` (a latency spec whose ``model`` is a file) or ``module`` (a Python policy's spec:
-    its module, found on its ``search_path``)."""
+    specs and lists: ``(field path, kind, value)`` with kind ``file`` (value: the path of a
+    file it reads: a trace, an empirical length, a pass table, a model's or a draft model's
+    config.json) or ``module`` (value: a Python policy's spec, whose module is found on its
+    ``search_path``)."""
     if isinstance(spec, (TraceWorkload, EmpiricalLength, TableLatency)):
-        yield f"{where}.path", "file", spec
+        yield f"{where}.path", "file", spec.path
     elif isinstance(spec, DeploymentLatency) and is_model_file(spec.model):
-        yield f"{where}.model", "model", spec
+        yield f"{where}.model", "file", spec.model
+    elif isinstance(spec, SpeculativeSpec) and spec.draft_model and is_model_file(spec.draft_model):
+        yield f"{where}.draft_model", "file", spec.draft_model
     elif isinstance(spec, (PythonRouter, PythonPlanner)):
         yield f"{where}.path", "module", spec
     if not attrs.has(type(spec)):
