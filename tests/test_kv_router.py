@@ -246,6 +246,12 @@ def test_destination_missing_moves_only_the_kv_the_decode_worker_lacks(mode):
     ({"router_track_output_blocks": True}, "'router_track_output_blocks: true' is not modelled"),
     ({"overlap_weight": 1.0, "overlap_score_weight": 2.0}, "give one of 'overlap_weight' and 'overlap_score_weight'"),
     ({"temperature": 1.0, "router_temperature": 2.0}, "give one of 'temperature' and 'router_temperature'"),
+    # an alias and the field it names, given together: one would silently win
+    ({"overlap_weight": 1.0, "prefill_load_scale": 5.0}, "give one of 'overlap_weight' and 'prefill_load_scale'"),
+    ({"overlap_score_weight": 1.0, "prefill_load_scale": 5.0},
+     "give one of 'overlap_score_weight' and 'prefill_load_scale'"),
+    ({"overlap_score_weight": 0, "overlap_score_credit": 2.0},
+     "'overlap_score_weight: 0' also sets overlap_score_credit to 0"),
     ({"prefill_load_scale": -1.0}, "'prefill_load_scale' must be >= 0"),
 ])
 def test_router_settings_that_cannot_be_honoured_are_one_line_errors(router, message):
@@ -260,3 +266,12 @@ def test_an_uncontended_link_takes_no_channels():
 
     with pytest.raises(ConfigError, match="'channels' has no effect with 'sharing: uncontended'"):
         scenario_from_dict({"pools": {"prefill": {}, "decode": {}}, "link": {"sharing": "uncontended", "channels": 2}})
+
+
+def test_a_kv_router_alias_is_read_as_its_field_and_the_resolved_scenario_names_only_the_field():
+    from simkit.spec import dump_scenario
+
+    scenario = scenario_from_dict({"pools": {"aggregated": {}}, "router": {"kind": "kv_aware", "overlap_score_weight": 0}})
+    assert scenario.router.prefill_load_scale == 0.0 and scenario.router.overlap_score_credit == 0.0
+    text = dump_scenario(scenario)
+    assert "overlap_score_weight" not in text and "prefill_load_scale: 0.0" in text

@@ -94,8 +94,8 @@ class KvAware:
         self.spec = spec
         self.rng = rng
         self.role = role
-        self.scale = spec.effective_prefill_load_scale
-        self.credit = spec.effective_overlap_score_credit
+        self.scale = spec.prefill_load_scale
+        self.credit = spec.overlap_score_credit
         self.decay = spec.overlap_score_credit_decay
         self.request_weight = spec.decode_active_request_weight
         self.temperature = spec.router_temperature

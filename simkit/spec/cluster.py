@@ -100,14 +100,14 @@ class KvAwareRouter:
 
     Aliases: ``overlap_weight`` (simkit's old name) and ``overlap_score_weight`` (Dynamo's
     deprecated one) set ``prefill_load_scale``, and 0 also sets ``overlap_score_credit`` to 0,
-    as Dynamo does; ``temperature`` is ``router_temperature``.
+    as Dynamo does; ``temperature`` is ``router_temperature``. They are read as the field
+    (:data:`KV_ROUTER_ALIASES`); an alias with its field, two aliases of one field, or a 0
+    weight with a credit is refused.
     """
 
     kind: Literal["kv_aware"] = "kv_aware"
     #: multiplies the prefill term (blocks)
     prefill_load_scale: float = field(default=1.0, validator=_nonneg)
-    #: Dynamo's deprecated alias of ``prefill_load_scale`` (null: not given); it wins when given
-    overlap_score_weight: Optional[float] = field(default=None, validator=_nonneg)
     #: credit per cached prompt block in the prefill term
     overlap_score_credit: float = field(default=1.0, validator=_nonneg)
     #: > 0: a worker's cache credit shrinks with the prefill work queued on it beyond the least
@@ -128,19 +128,12 @@ class KvAwareRouter:
     #: at the end of the pass that computed them, as the reference)
     kv_event_lag_ms: float = field(default=0.0, validator=_nonneg + [_at_most(1e12)])
 
-    @property
-    def effective_prefill_load_scale(self) -> float:
-        """``overlap_score_weight`` when given, else ``prefill_load_scale``."""
-        return self.prefill_load_scale if self.overlap_score_weight is None else self.overlap_score_weight
-
-    @property
-    def effective_overlap_score_credit(self) -> float:
-        """0 when ``overlap_score_weight`` is 0 (Dynamo's rule), else ``overlap_score_credit``."""
-        return 0.0 if self.overlap_score_weight == 0 else self.overlap_score_credit
-
-
-#: old or Dynamo-deprecated names of KvAwareRouter fields -> their field
-KV_ROUTER_ALIASES = {"overlap_weight": "overlap_score_weight", "temperature": "router_temperature"}
+#: old or Dynamo-deprecated names of KvAwareRouter fields -> their field (read as that field;
+#: a scenario never holds them once loaded)
+KV_ROUTER_ALIASES = {"overlap_weight": "prefill_load_scale", "overlap_score_weight": "prefill_load_scale",
+                     "temperature": "router_temperature"}
+#: aliases whose 0 also sets ``overlap_score_credit`` to 0 (Dynamo's rule for overlap_score_weight)
+ZERO_CLEARS_CREDIT = ("overlap_weight", "overlap_score_weight")
 
 
 @frozen

@@ -20,9 +20,9 @@ from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, Iterabl
 from cattrs.gen import make_dict_structure_fn
 
 from simkit.spec.base import ConfigError, FieldValueError, ResolveError
-from simkit.spec.cluster import (KV_ROUTER_ALIASES, KvAwareRouter, LeastLoadedRouter, PlannerSpec, PythonPlanner, PythonRouter,
-                                 RoundRobinRouter, RouterSpec, SessionAffinityRouter, SlaPlanner,
-                                 StaticPlanner, ThresholdPlanner)
+from simkit.spec.cluster import (KV_ROUTER_ALIASES, ZERO_CLEARS_CREDIT, KvAwareRouter, LeastLoadedRouter, PlannerSpec,
+                                 PythonPlanner, PythonRouter, RoundRobinRouter, RouterSpec, SessionAffinityRouter,
+                                 SlaPlanner, StaticPlanner, ThresholdPlanner)
 from simkit.spec.paths import resolve_paths
 from simkit.spec.latency import (_LATENCY_ALIASES, AicLatency, ConstantLatency, DeploymentLatency,
                                  LatencySpec, PolynomialLatency, RooflineLatency, TableLatency)
@@ -85,11 +85,19 @@ def _rename_router_aliases(value: dict) -> dict:
     if "count_queued_prefill" in value:
         raise ValueError("'count_queued_prefill' is replaced by 'router_track_prefill_tokens' (Dynamo's name, "
                          "default true: each worker's queued prefill tokens count in its prefill term)")
-    for alias, name in KV_ROUTER_ALIASES.items():
-        if alias in value:
-            if name in value:
-                raise ValueError(f"give one of '{alias}' and '{name}' (the same field), not both")
-            value = {(name if k == alias else k): v for k, v in value.items()}
+    given = [alias for alias in KV_ROUTER_ALIASES if alias in value]
+    for alias in given:
+        name = KV_ROUTER_ALIASES[alias]
+        same = [other for other in given if other != alias and KV_ROUTER_ALIASES[other] == name]
+        if name in value or same:
+            raise ValueError(f"give one of '{alias}' and '{same[0] if same else name}' (the same field), not both")
+        number = value[alias]
+        if alias in ZERO_CLEARS_CREDIT and number == 0 and not isinstance(number, bool):
+            if "overlap_score_credit" in value:
+                raise ValueError(f"'{alias}: 0' also sets overlap_score_credit to 0 (Dynamo's rule), so it cannot "
+                                 "go with 'overlap_score_credit'; give prefill_load_scale: 0 with the credit you want")
+            value = dict(value, overlap_score_credit=0.0)
+        value = {(name if k == alias else k): v for k, v in value.items()}
     return value
 
 
