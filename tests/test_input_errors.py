@@ -157,3 +157,11 @@ def test_compare_names_a_summary_of_another_shape(tmp_path, capsys, text, messag
     assert one_error(capsys) == f"{run}: {message}"
     assert main(["compare", str(tmp_path / "nothing")]) == 2
     assert one_error(capsys) == f"{tmp_path / 'nothing'}: no such folder"
+
+
+@pytest.mark.parametrize("value", ["1.5", "1e300"])
+def test_a_fraction_beyond_its_bound_names_its_own_bound_not_the_float_limit(capsys, value):
+    code = main([str(REPO / "scenarios" / "planner.yaml"), "--set", f"planner.target_fraction={value}"])
+    assert code == 2
+    assert capsys.readouterr().err.strip() == (f"--set planner.target_fraction: 'target_fraction' must be <= 1: "
+                                               f"{float(value)!r} @ $.planner.target_fraction")

@@ -355,6 +355,14 @@ def test_a_cycle_of_dependencies_is_refused():
         simkit.run(AGG, requests=reqs)
 
 
+def test_a_chain_of_delays_beyond_the_clocks_limit_is_refused_as_in_a_trace():
+    # 4 requests, each 4e8 s after the previous ends: the last is released at least 1.2e9 s in
+    reqs = [Request(i, 0.0, 10, 2, deps=(i - 1,) if i else (), delay_s=4e8) for i in range(4)]
+    with pytest.raises(ValueError, match=r"requests\[3\] \(rid 3\): the delays along the requests it waits for put "
+                                         r"it at least 1.2e\+09 s after time zero; expected at most 1e9 s"):
+        simkit.run(AGG, requests=reqs)
+
+
 request_values = st.one_of(st.integers(-3, 3), st.floats(allow_nan=True, allow_infinity=True), st.none(),
                            st.booleans(), st.just(2 ** 40), st.tuples(st.integers(-2, 3)))
 

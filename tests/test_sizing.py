@@ -204,11 +204,26 @@ def test_recommend_tries_aggregated_layouts_of_a_scenario_with_a_link(tmp_path):
 
 
 def test_recommend_with_every_trial_failed_writes_nothing_and_exits_2(tmp_path, capsys):
+    """A trace whose second line is not JSON: the scenario loads (traces are read by the runs),
+    every trial fails on it."""
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"timestamp": 0, "input_length": 100, "output_length": 5, "hash_ids": [1]}\nnot json\n')
     out = tmp_path / "rec"
-    code = main(["recommend", AGG, "--gpus", "4", "--space", "max_num_seqs=0", "--space", "tp=1",
-                 "--space", "workers=1", "--trials", "1", "--set", "workload.num_requests=20", "--jobs", "1",
-                 "--out", str(out)])
+    code = main(["recommend", AGG, "--gpus", "4", "--space", "tp=1", "--space", "workers=1", "--trials", "1",
+                 "--trace", str(trace), "--jobs", "1", "--out", str(out)])
     assert code == 2
     err = capsys.readouterr().err
-    assert "every trial of recommend failed; the first: " in err and "max_num_seqs" in err
-    assert not out.exists() and not list(tmp_path.iterdir())
+    assert "every trial of recommend failed; the first: " in err and f"{trace}:2" in err
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["t.jsonl"]
+
+
+@pytest.mark.parametrize("space, message", [
+    ("nope.knob=1,2", "--space nope.knob=1: unknown field(s) nope @ $"),
+    ("max_num_seqs=4,0", "--space max_num_seqs=0: 'max_num_seqs' must be > 0: 0 @ $.pools.aggregated.max_num_seqs"),
+    ("router=round_robin,bogus", "--space router=bogus: unknown kind 'bogus'"),
+])
+def test_recommend_refuses_a_space_value_the_scenario_refuses_before_any_trial(tmp_path, capsys, space, message):
+    out = tmp_path / "rec"
+    assert main(["recommend", AGG, "--gpus", "4", "--space", space, "--trials", "1", "--out", str(out)]) == 2
+    assert message in capsys.readouterr().err
+    assert not out.exists()

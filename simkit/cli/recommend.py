@@ -45,7 +45,7 @@ from simkit.cli.batch import (OutputFolder, add_batch_arguments, batch_problem, 
                               run_points, say)
 from simkit.cli.capacity import BOUND_NAMES, binding_bound
 from simkit.cli.common import _fail, _Parser
-from simkit.cli.sweep import _split_values
+from simkit.cli.sweep import _split_values, _yaml_text
 from simkit.sim import load_scenario
 from simkit.spec import ConfigError, Scenario, dump_scenario, yaml_load
 from simkit.spec import load_scenario as load_unresolved
@@ -271,9 +271,42 @@ def main(argv: Sequence[str]) -> int:
     if unknown:
         return _fail([f"--space {unknown[0]}: not a knob (mode, tp, workers, prefill_tp, prefill_workers, decode_tp, "
                       "decode_workers, router), a pool field (max_num_seqs, ...) or a dotted scenario field"])
+    problem = _bad_value(args.scenario, common, space, unresolved, pool_fields)
+    if problem:
+        return _fail([problem])
     layout = Layout(unresolved, pool_fields)
     return run_batch(args, base, "recommend", "trials",
                      lambda folder: _recommend(args, base, layout, space, common, folder))
+
+
+def _bad_value(scenario_path: str, common: list, space: dict, unresolved: Scenario, pool_fields: set) -> Optional[str]:
+    """The first ``--space`` value the scenario refuses on its own, or None: a dotted field it
+    does not have or a value that field refuses, a pool field's value on the scenario's pools,
+    a router kind. (Each value is tried on the scenario as given; the layout knobs are left to
+    the trials, where the budget and the model decide.)"""
+    pools = [name for name, _ in unresolved.pools.named()]
+    for key, knob in space.items():
+        if key in LAYOUT or (key != "router" and "." not in key and key not in pool_fields):
+            continue
+        if "." in key and key.startswith("pools.") and key.split(".")[1] not in pools:
+            continue  # a pool of the other mode: only its trials have it
+        values = knob.choices if knob.values is not None else [knob.low, knob.high]
+        for value in values:
+            if key == "router":
+                changes = [("router", {"kind": value})]
+            elif "." in key:
+                changes = [(key, value)]
+            else:
+                changes = [(f"pools.{name}.{key}", value) for name in pools]
+            try:
+                load_scenario(scenario_path, common + changes)
+            except ConfigError as exc:
+                message = exc.messages[0]
+                blamed = [m for m in exc.messages if any(m.startswith(f"--set {k}") for k, _ in changes)]
+                if blamed or key == "router":
+                    text = (blamed or [message])[0]
+                    return f"--space {key}={_yaml_text(value)}: {text.split(': ', 1)[1] if text.startswith('--set ') else text}"
+    return None
 
 
 class _Sampler:
@@ -452,8 +485,9 @@ def _print(table, knobs: list, every_knob: list, args, base: Scenario, out: str)
         what = ", ".join(f"{k}={_plain(best[k])}" for k in every_knob if k in best and best[k] == best[k])
         if best["meets_sla"]:
             say(f"recommended ({args.target}): {what}: {int(best['gpus'])} GPUs, {best['goodput_fraction']:.1%} of "
-                f"requests within the SLA, {best['goodput_tokens_per_s_per_gpu']:.4g} good output tokens/s per GPU; "
-                f"rerun it with python -m simkit {os.path.join(out, 'ranked', '01.yaml')}")
+                f"requests within the SLA, {best['goodput_tokens_per_s_per_gpu']:.4g} good output tokens/s per GPU"
+                + (f"; rerun it with python -m simkit {os.path.join(out, 'ranked', '01.yaml')}" if args.top > 0
+                   else " (--top 0: no ranked YAMLs written)"))
         else:
             say(f"no configuration within {args.gpus} GPUs meets the SLA for {args.sla_fraction:.0%} of requests "
                 f"({len(table)} tried); the closest: {what}: {int(best['gpus'])} GPUs, "

@@ -86,7 +86,8 @@ def check_requests(requests) -> None:
     ``output_length`` >= 0, both at most 2^31); ``arrived_at``, ``delay_s`` finite, >= 0 and
     at most :data:`~simkit.core.units.MAX_SIM_TIME_S`; ``priority`` finite and > 0;
     ``hash_ids`` None or integers in [0, 2^63); ``hash_block_size`` >= 1; ``deps`` ids of
-    other requests, without a cycle.
+    other requests, without a cycle, whose delays along any chain keep a release within
+    :data:`~simkit.core.units.MAX_SIM_TIME_S` of time zero (as trace lines).
 
     Raises:
         ValueError: ``requests[i] (rid R): what was found; what was expected``, the first problem.
@@ -139,10 +140,17 @@ def check_requests(requests) -> None:
         for d in set(r.deps):
             dependents.setdefault(d, []).append(r.rid)
     ready = [rid for rid, k in waiting.items() if k == 0]
+    earliest = {}  # rid -> the earliest it can be released: its arrival, or what it waits for plus its delay
     done = 0
     while ready:
         rid = ready.pop()
         done += 1
+        r = by_rid[rid]
+        at = max(earliest[d] for d in r.deps) + r.delay_s if r.deps else r.arrived_at
+        if not at <= MAX_SIM_TIME_S:
+            raise bad(requests.index(r), r, f"the delays along the requests it waits for put it at least {at:.4g} s "
+                                            f"after time zero; expected at most {MAX_SIM_TIME_TEXT}")
+        earliest[rid] = at
         for d in dependents.get(rid, ()):
             waiting[d] -= 1
             if waiting[d] == 0:

@@ -50,7 +50,18 @@ def _finite(_inst: Any, attribute: attrs.Attribute, value: Any) -> None:
     if problem is not None:
         raise FieldValueError(attribute.name, problem)
     if value is not None and isinstance(value, float) and abs(value) > MAX_FLOAT:
+        limit = _own_limit(attribute)
+        if limit is not None and value > limit:  # the field's own bound is the one to name
+            raise FieldValueError(attribute.name, f"'{attribute.name}' must be <= {limit}: {value!r}")
         raise FieldValueError(attribute.name, f"'{attribute.name}' must be at most {sci(MAX_FLOAT)}: {value:g}")
+
+
+def _own_limit(attribute: attrs.Attribute) -> Optional[float]:
+    """The tightest :func:`_at_most` bound among ``attribute``'s validators, or None."""
+    validator = attribute.validator
+    checks = getattr(validator, "_validators", (validator,))
+    limits = [check.limit for check in checks if hasattr(check, "limit")]
+    return min(limits) if limits else None
 
 
 def _at_least(limit: float, zero_ok: bool = True):
@@ -80,6 +91,7 @@ def _at_most(limit: int):
         if value is not None and value > limit:
             raise FieldValueError(attribute.name, f"'{attribute.name}' must be <= {limit}: {value!r}")
 
+    check.limit = limit  # (read by _finite, which runs first, to name this bound)
     return check
 
 
