@@ -615,8 +615,44 @@ STEP = [
                                    "vocab_size": 100, "layer_types": 5})}),
 ]
 
+# ============================================================ the third hostile walk (draft models, router aliases,
+# recommend's space, bounds)
+
+_DRAFT = ("latency: {kind: roofline, model: Llama-3.1-8B, gpu: H100}\nworkload: {kind: synthetic, num_requests: 3}\n"
+          "pools: {aggregated: {speculative: {method: draft_model, draft_model: %s, num_speculative_tokens: 2, "
+          "acceptance_rates: 0.5}}}\n")
+_MODEL = (REPO / "simkit" / "engine" / "data" / "models" / "Llama-3.1-8B.json").read_text()
+_KV = "pools: {aggregated: {workers: 2}}\nworkload: {kind: synthetic, num_requests: 3}\nrouter: {kind: kv_aware, %s}\n"
+_SLA = TINY + "sla: {ttft_ms: 500}\n"
+ROUND3 = [
+    C("draft-model-in-out-force", ["{in}/s.yaml", "--out", "{in}/o", "--force", "--no-plots", "--quiet"], BAD,
+      r"refusing to replace a folder that holds the input .*o/d\.json",
+      files={"s.yaml": _DRAFT % "o/d.json",
+             "_prepare": lambda d: ((d / "in" / "o").mkdir(), (d / "in" / "o" / "d.json").write_text(_MODEL))}),
+    scenario_case("draft-model-missing", _DRAFT % "nope.json", BAD, r"draft_model"),
+    scenario_case("kv-alias-and-field", _KV % "overlap_weight: 1, prefill_load_scale: 5", BAD,
+                  "give one of 'overlap_weight' and 'prefill_load_scale'"),
+    scenario_case("kv-two-aliases", _KV % "overlap_weight: 1, overlap_score_weight: 2", BAD,
+                  "give one of 'overlap_weight' and 'overlap_score_weight'"),
+    scenario_case("kv-zero-weight-and-credit", _KV % "overlap_score_weight: 0, overlap_score_credit: 2", BAD,
+                  "'overlap_score_weight: 0' also sets overlap_score_credit to 0"),
+    scenario_case("planner-target-fraction-huge", "pools: {aggregated: {max_workers: 4}}\n"
+                  "workload: {kind: synthetic, num_requests: 3}\nsla: {ttft_ms: 100}\n"
+                  "planner: {kind: sla, interval_s: 1, target_fraction: 1.0e+300}\n", BAD,
+                  r"'target_fraction' must be <= 1: 1e\+300"),
+    C("recommend-unknown-dotted-knob", ["recommend", "{in}/s.yaml", "--gpus", "4", "--space", "nope.knob=1,2",
+                                        "--out", "{tmp}/out"], BAD, r"--space nope\.knob=1: unknown field\(s\) nope",
+      files={"s.yaml": _SLA}),
+    C("recommend-bad-pool-value", ["recommend", "{in}/s.yaml", "--gpus", "4", "--space", "max_num_seqs=2,0",
+                                   "--out", "{tmp}/out"], BAD, r"--space max_num_seqs=0: 'max_num_seqs' must be > 0",
+      files={"s.yaml": _SLA}),
+    C("recommend-bad-router-kind", ["recommend", "{in}/s.yaml", "--gpus", "4", "--space", "router=bogus",
+                                    "--out", "{tmp}/out"], BAD, r"--space router=bogus: unknown kind 'bogus'",
+      files={"s.yaml": _SLA}),
+]
+
 CLI_CASES = SCENARIOS + MOONCAKE + AGENTIC + AZURE + CSV + WEKA + WEKA_REQUESTS + GENERIC_TRACE + CLI + SWEEPS \
-    + COMPARE + STEP
+    + COMPARE + STEP + ROUND3
 
 
 # ============================================================ the Python API
@@ -681,6 +717,11 @@ API = [
         str(d / "in"), force=True)), "ValueError", r"refusing to replace a folder that holds .*t\.jsonl"),
     _api("api-save-over-cwd", lambda d: _run(AGG).save(str(d), force=True), "ValueError",
          "refusing to replace a folder that holds"),
+    _api("api-delay-chain-beyond-limit", lambda d: _run(AGG, requests=[
+        _req(i, deps=(i - 1,) if i else (), delay_s=4e8) for i in range(4)]), "ValueError",
+        r"requests\[3\] \(rid 3\): the delays along the requests it waits for put it at least 1\.2e\+09 s"),
+    _api("api-override-named-as-override", lambda d: _run(str(SCEN / "agg.yaml"), {"pools.aggregated.wrkers": 2}),
+         "ConfigError", r"^override pools\.aggregated\.wrkers: unknown field\(s\) wrkers"),
     _api("api-relative-trace-in-dict", lambda d: (os.chdir(d / "in"), (d / "in" / "t.jsonl").write_text(MOON),
                                                   _run({"pools": {"aggregated": {}},
                                                         "workload": {"kind": "trace", "path": "t.jsonl"}}))),
