@@ -278,6 +278,12 @@ class Simulation:
                 worker.on_pass_end = self.router.poke
                 worker.kv_watched = self._kv_watched
         self.collector.listeners.append(self.source.ended)
+        # the frontend (a deployment latency model's fitted or given overheads): before the
+        # router, from the entry pool's model; from the engine's tokens to the client, from the
+        # model of the pool that emits them
+        token_pool = "aggregated" if scenario.mode == "aggregated" else "decode"
+        self.source.frontend_s = self.collector.frontend_s = getattr(latencies[entry_name], "dispatch_overhead_s", 0.0)
+        self.collector.delivery_s = getattr(latencies[token_pool], "first_token_overhead_s", 0.0)
         self.planner: Optional[Planner] = None
         if dynamic:
             self.worker_pools[entry_name].on_routable = self.router.poke

@@ -233,6 +233,8 @@ PLACES = {
     "sequence_overhead_us": ({"latency": {"kind": "roofline"}}, "latency"),
     "request_layer_overhead_us": ({"latency": {"kind": "roofline"}}, "latency"),
     "allreduce_latency_us": ({"latency": {"kind": "roofline"}}, "latency"),
+    "dispatch_overhead_ms": ({"latency": {"kind": "roofline"}}, "latency"),
+    "first_token_overhead_ms": ({"latency": {"kind": "roofline"}}, "latency"),
     "latency_ms": ({"pools": {"prefill": {}, "decode": {}}, "link": {}}, "link"),
     "bandwidth_gb_per_s": ({"pools": {"prefill": {}, "decode": {}}, "link": {}}, "link"),
     "kv_event_lag_ms": ({"router": {"kind": "kv_aware"}}, "router"),

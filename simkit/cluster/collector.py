@@ -36,7 +36,7 @@ class _Live:
     __slots__ = ("input_length", "output_length", "arrived_at", "dispatched_at", "first_admitted_at",
                  "first_token_at", "second_token_at", "last_token_at", "n_tokens", "prefilled_at",
                  "handed_off_at", "decode_admitted_at", "cached_tokens", "prefill_worker", "decode_worker",
-                 "times", "priority", "verify_rounds", "accepted_drafts")
+                 "times", "priority", "verify_rounds", "accepted_drafts", "frontend_s", "delivery_s")
 
     def __init__(self, request: Request, at: float, times: Optional[array]) -> None:
         self.input_length = request.input_length
@@ -51,6 +51,7 @@ class _Live:
         self.times = times
         self.priority = request.priority
         self.verify_rounds = self.accepted_drafts = 0
+        self.frontend_s = self.delivery_s = 0.0
 
     def record(self, rid: int, status: str, finished_at: Optional[float]) -> RequestRecord:
         return RequestRecord(
@@ -62,7 +63,8 @@ class _Live:
             handed_off_at=self.handed_off_at, decode_admitted_at=self.decode_admitted_at,
             cached_tokens=self.cached_tokens, prefill_worker=self.prefill_worker,
             decode_worker=self.decode_worker, priority=self.priority, verify_rounds=self.verify_rounds,
-            accepted_drafts=self.accepted_drafts)
+            accepted_drafts=self.accepted_drafts, frontend_s=self.frontend_s,
+            first_token_overhead_s=self.delivery_s)
 
 
 def not_arrived_record(request: Request) -> RequestRecord:
@@ -85,8 +87,15 @@ class Collector:
     """
 
     def __init__(self, env: simpy.Environment, requests, record_token_times: bool = True,
-                 expected: Optional[int] = None, sink=None) -> None:
+                 expected: Optional[int] = None, sink=None, frontend_s: float = 0.0,
+                 delivery_s: float = 0.0) -> None:
         self.env = env
+        #: the frontend's time before the router (recorded per request; the source waits it)
+        self.frontend_s = frontend_s
+        #: the frontend's time from the engine's tokens to the client: token and end times are
+        #: recorded that much later, and what waits for a request's end (a session's next turn, a
+        #: closed-loop slot) hears of it then
+        self.delivery_s = delivery_s
         self.requests = requests
         self.record_token_times = record_token_times
         self.live: dict[int, _Live] = {}
@@ -143,7 +152,8 @@ class Collector:
     def arrived(self, rid: int, at: float) -> None:
         times = array("d") if self.token_times is not None else None
         request = self.requests[rid]
-        self.live[rid] = _Live(request, at, times)
+        st = self.live[rid] = _Live(request, at, times)
+        st.frontend_s, st.delivery_s = self.frontend_s, self.delivery_s
         if times is not None:
             self.token_times[rid] = times
         self.arrived_count += 1
@@ -173,6 +183,8 @@ class Collector:
 
     def tokens(self, rids, at: float) -> None:
         live = self.live
+        if self.delivery_s:
+            at = at + self.delivery_s
         for rid in rids:
             st = live[rid]
             count = st.n_tokens
@@ -194,6 +206,9 @@ class Collector:
 
     def token_run(self, rids, times) -> None:
         live = self.live
+        if self.delivery_s:
+            delivery = self.delivery_s
+            times = [t + delivery for t in times]
         n = len(times)
         for rid in rids:
             st = live[rid]
@@ -248,15 +263,22 @@ class Collector:
         if st is None:
             raise InvariantError(f"request {rid} ended ({status}) but is not in flight: it ended before, "
                                  f"or never arrived (at t={at:.6f} s)")
-        self.sink.append(st.record(rid, status, at if status == COMPLETED else None))
+        delivery = self.delivery_s
+        self.sink.append(st.record(rid, status, at + delivery if status == COMPLETED else None))
         self.ended_count += 1
         if self.recent is not None and status == COMPLETED:
             n = st.n_tokens
             self.recent[2].append((st.last_token_at - st.first_token_at) / (n - 1) if n > 1 else None)
-        for listener in self.listeners:
-            listener(rid, at, status)
+        if delivery:  # the client hears of the end that much later
+            self.env.timeout(delivery).callbacks.append(lambda _ev: self._tell(rid, at + delivery, status))
+        else:
+            self._tell(rid, at, status)
         if self.ended_count == self.expected:
             self.all_done.succeed()
+
+    def _tell(self, rid: int, at: float, status: str) -> None:
+        for listener in self.listeners:
+            listener(rid, at, status)
 
     # ------------------------------------------------------------------ results
 

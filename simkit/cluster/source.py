@@ -42,9 +42,12 @@ class Source:
     request that ends so that what waits for it can follow."""
 
     def __init__(self, env: simpy.Environment, requests: Iterable[Request], router_queue: simpy.Store,
-                 probe: Probe, max_in_flight: Optional[int] = None, stream: bool = False) -> None:
+                 probe: Probe, max_in_flight: Optional[int] = None, stream: bool = False,
+                 frontend_s: float = 0.0) -> None:
         self.env = env
         self.router_queue = router_queue
+        #: the frontend's time between a request's release (the client's send) and the router
+        self.frontend_s = frontend_s
         self.probe = probe
         self.max_in_flight = max_in_flight
         self.released = 0
@@ -106,7 +109,10 @@ class Source:
         else:
             self.was_released[request.rid] = 1
         self.probe.arrived(request.rid, self.env.now)
-        self.router_queue.put(request)
+        if self.frontend_s:
+            self.env.timeout(self.frontend_s).callbacks.append(lambda _ev: self.router_queue.put(request))
+        else:
+            self.router_queue.put(request)
 
     def run(self):
         """Yields: one timeout per distinct release time of requests without dependencies

@@ -53,6 +53,12 @@ class RequestRecord:
     #: speculative decoding: its verify rounds and the draft tokens they accepted (0 without)
     verify_rounds: int = 0
     accepted_drafts: int = 0
+    #: the frontend's time before the router saw it (``dispatch_overhead_ms``: API server,
+    #: tokenization, routing), within its router-queue span
+    frontend_s: float = 0.0
+    #: the frontend's time between the engine's tokens and the client (``first_token_overhead_ms``:
+    #: detokenization, the streamed chunk); the token times above are as the client received them
+    first_token_overhead_s: float = 0.0
 
     @property
     def accept_length(self) -> Optional[float]:
@@ -91,8 +97,29 @@ class RequestRecord:
 
     @property
     def router_queue_s(self) -> Optional[float]:
-        """Time waiting in the router queue: dispatch - arrival."""
-        return _between(self.arrived_at, self.dispatched_at)
+        """Time waiting in the router queue: dispatch - arrival - the frontend's time before it."""
+        wait = _between(self.arrived_at, self.dispatched_at)
+        return None if wait is None else wait - self.frontend_s
+
+    @property
+    def ttft_components(self) -> Optional[dict[str, Optional[float]]]:
+        """Where its TTFT went (s), in order; they sum to :attr:`ttft_s`. ``frontend`` (before
+        the router), ``router_queue``, ``engine_queue`` (dispatch to first admission),
+        ``prefill`` (first admission to the prompt's end: its prefill on a prefill worker,
+        else its engine first token), disaggregated ``transfer``, ``decode_queue`` and
+        ``first_decode`` (admission by the decode worker to its first token; None aggregated),
+        and ``first_token_overhead`` (engine to client). None without a first token."""
+        if self.first_token_at is None or self.first_admitted_at is None:
+            return None
+        engine_first = self.first_token_at - self.first_token_overhead_s
+        disagg = self.prefilled_at is not None and self.decode_admitted_at is not None
+        return {"frontend": self.frontend_s, "router_queue": self.router_queue_s,
+                "engine_queue": self.first_admitted_at - self.dispatched_at,
+                "prefill": (self.prefilled_at if disagg else engine_first) - self.first_admitted_at,
+                "transfer": self.transfer_s if disagg else None,
+                "decode_queue": self.decode_queue_s if disagg else None,
+                "first_decode": engine_first - self.decode_admitted_at if disagg else None,
+                "first_token_overhead": self.first_token_overhead_s}
 
     @property
     def queue_s(self) -> Optional[float]:

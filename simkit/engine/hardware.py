@@ -371,6 +371,10 @@ class Calibration:
     #: time per layer for each request that samples a token in the pass (per-request work
     #: inside every layer: attention over the request's own KV pages, its cache append)
     request_layer_overhead_us: float = 0.0
+    #: the serving frontend's time per request before the engine (ms) and from its tokens to
+    #: the client (ms): what the client's TTFT holds beyond the engine (benchmarks/calibrate_roofline.py)
+    dispatch_overhead_ms: float = 0.0
+    first_token_overhead_ms: float = 0.0
     source: str = "default (no fit for this GPU)"
 
 

@@ -58,7 +58,15 @@ def request_row(r) -> dict[str, Any]:
         "verify_rounds": r.verify_rounds,
         "accepted_drafts": r.accepted_drafts,
         "accept_length": r.accept_length,
+        **_component_ms(r.ttft_components),
     }
+
+
+def _component_ms(parts: Optional[dict]) -> dict:
+    """``ttft_<part>_ms`` columns of a request row (null where the part does not apply)."""
+    if parts is None:
+        return {f"ttft_{name}_ms": None for name in TTFT_COMPONENTS}
+    return {f"ttft_{name}_ms": _ms(value) for name, value in parts.items()}
 
 
 #: the column types of request rows (JSON null = a missing value): ints, floats (ms) and status
@@ -103,7 +111,7 @@ def _stats_ms(values_s) -> Optional[dict]:
 
 _SUMMARY_FIELDS = ("rid", "status", "arrived_at", "dispatched_at", "first_admitted_at", "first_token_at",
                    "last_token_at", "finished_at", "prefilled_at", "handed_off_at", "decode_admitted_at",
-                   "output_length")
+                   "output_length", "frontend_s", "first_token_overhead_s")
 
 
 def record_columns(requests, names: Sequence[str] = _SUMMARY_FIELDS) -> dict[str, np.ndarray]:
@@ -130,6 +138,44 @@ def _gap(cols: dict, start: str, end: str, rows: np.ndarray) -> np.ndarray:
     """``end - start`` in seconds for the selected rows where both are known, by rid."""
     gap = cols[end][rows] - cols[start][rows]
     return gap[~np.isnan(gap)]
+
+
+def _known(cols: dict, name: str, start: str, end: str, rows: np.ndarray) -> np.ndarray:
+    """Column ``name`` for the selected rows where ``start`` and ``end`` are both known (the
+    rows :func:`_gap` keeps)."""
+    both = ~np.isnan(cols[end][rows] - cols[start][rows])
+    return cols[name][rows][both]
+
+
+#: the parts of a TTFT, in order (:attr:`simkit.core.records.RequestRecord.ttft_components`)
+TTFT_COMPONENTS = ("frontend", "router_queue", "engine_queue", "prefill", "transfer", "decode_queue", "first_decode",
+                   "first_token_overhead")
+
+
+def _ttft_components(cols: dict, done: np.ndarray) -> Optional[dict]:
+    """The summary's ``ttft_components``: over the completed requests with a first token, per
+    part of their TTFT (:data:`TTFT_COMPONENTS`; the disaggregated ones only there) its mean,
+    p50, p90 and p99 in ms and ``share``, its mean over the mean TTFT (the shares sum to 1).
+    None without such a request."""
+    rows = done[~np.isnan(cols["first_token_at"][done]) & ~np.isnan(cols["first_admitted_at"][done])]
+    if not len(rows):
+        return None
+    c = {k: v[rows] for k, v in cols.items()}
+    engine_first = c["first_token_at"] - c["first_token_overhead_s"]
+    disagg = ~np.isnan(c["prefilled_at"]) & ~np.isnan(c["decode_admitted_at"])
+    parts = {"frontend": c["frontend_s"], "router_queue": c["dispatched_at"] - c["arrived_at"] - c["frontend_s"],
+             "engine_queue": c["first_admitted_at"] - c["dispatched_at"],
+             "prefill": np.where(disagg, c["prefilled_at"], engine_first) - c["first_admitted_at"]}
+    if disagg.any():
+        parts["transfer"] = np.where(disagg, c["handed_off_at"] - c["prefilled_at"], 0.0)
+        parts["decode_queue"] = np.where(disagg, c["decode_admitted_at"] - c["handed_off_at"], 0.0)
+        parts["first_decode"] = np.where(disagg, engine_first - c["decode_admitted_at"], 0.0)
+    parts["first_token_overhead"] = c["first_token_overhead_s"]
+    ttft = float(np.mean(c["first_token_at"] - c["arrived_at"]))
+    out = {}
+    for name, values in parts.items():
+        out[name] = dict(_stats_ms(values), share=float(np.mean(values)) / ttft if ttft > 0 else None)
+    return out
 
 
 def _speculation(counts: Optional[dict]) -> Optional[dict]:
@@ -198,7 +244,8 @@ def summarize(records: RunRecords, sla: Optional[SlaSpec] = None) -> dict[str, A
         "itl_ms": _stats_ms(itl),
         "e2e_ms": _stats_ms(_gap(cols, "arrived_at", "last_token_at", done)),
         "queue_ms": _stats_ms(_gap(cols, "arrived_at", "first_admitted_at", done)),
-        "router_queue_ms": _stats_ms(_gap(cols, "arrived_at", "dispatched_at", done)),
+        "router_queue_ms": _stats_ms(_gap(cols, "arrived_at", "dispatched_at", done)
+                                     - _known(cols, "frontend_s", "arrived_at", "dispatched_at", done)),
         "transfer_ms": _stats_ms(_gap(cols, "prefilled_at", "handed_off_at", done)),
         "decode_queue_ms": _stats_ms(_gap(cols, "handed_off_at", "decode_admitted_at", done)),
         "itl_ms_token_weighted": weighted,
@@ -216,6 +263,7 @@ def summarize(records: RunRecords, sla: Optional[SlaSpec] = None) -> dict[str, A
         "passes": dict(records.passes),
         "speculative": _speculation(records.speculation),
         "saturation": _saturation(cols),
+        "ttft_components": _ttft_components(cols, done),
         "stop": {"reason": records.stop_reason, "detail": records.stop_detail,
                  "incomplete": counts["incomplete"] > 0 or records.stop_reason != "completed"},
     }

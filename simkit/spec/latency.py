@@ -56,6 +56,13 @@ class DeploymentLatency:
     kv_cache_dtype: Literal["auto", "bf16", "fp8"] = "auto"
     gpu_memory_utilization: float = field(default=0.9, validator=_pos + [_at_most(1)])
     reserved_memory_gib: float = field(default=3.5, validator=_nonneg)
+    #: the serving frontend's time per request before the router sees it (API server, chat
+    #: template, tokenization, routing; ms); null: the value fitted for the GPU and backend
+    #: (calibration.json, fitted on the calibration rows' TTFT), else 0
+    dispatch_overhead_ms: Optional[float] = field(default=None, validator=_nonneg)
+    #: the frontend's time from each engine token to the client (detokenization, the streamed
+    #: chunk; ms): TTFT and E2E grow by it, ITL does not; null: the fitted value, else 0
+    first_token_overhead_ms: Optional[float] = field(default=None, validator=_nonneg)
 
     @property
     def kv_precision(self) -> str:

@@ -25,7 +25,7 @@ from functools import lru_cache
 
 from simkit.spec import AicLatency
 from simkit.engine.latency.base import _decode_run_by_passes
-from simkit.engine.hardware import aic_model_path, aic_system, load_model
+from simkit.engine.hardware import aic_model_path, aic_system, load_calibration, load_model
 from simkit.core.units import S_PER_MS
 
 __all__ = ["AicModel", "bucket"]
@@ -87,6 +87,13 @@ class AicModel:
         self.scale_s = S_PER_MS / spec.speedup_ratio
         self.cache: dict[tuple[int, int, int], float] = {}
         self.calls = 0  #: aiconfigurator calls made (cache misses)
+        # the frontend's times (s): the spec's, else those fitted for the GPU and backend (the
+        # roofline model's; they lie outside the engine, whichever model prices its passes)
+        cal = load_calibration(spec.gpu, spec.backend, load_model(spec.model).is_moe)
+        self.dispatch_overhead_s = (cal.dispatch_overhead_ms if spec.dispatch_overhead_ms is None
+                                    else spec.dispatch_overhead_ms) * S_PER_MS
+        self.first_token_overhead_s = (cal.first_token_overhead_ms if spec.first_token_overhead_ms is None
+                                       else spec.first_token_overhead_ms) * S_PER_MS
 
     def exact_ms(self, prefill_tokens: int, decode_requests: int, context_per_request: int) -> float:
         """aiconfigurator's pass time (ms) for the shape, without the cache."""

@@ -124,6 +124,12 @@ class RooflineModel:
         self.allreduce_bytes_per_token = 2 * a.num_layers * 2 * a.hidden_size
         self.overhead_s = a.num_layers * c.layer_overhead_us * 1e-6 + c.pass_overhead_ms * S_PER_MS
         self.sequence_overhead_s = (c.sequence_overhead_us + a.num_layers * c.request_layer_overhead_us) * 1e-6
+        #: the frontend's times (s), the spec's or the fitted ones (applied by the cluster, not
+        #: to passes; speedup_ratio does not scale them)
+        self.dispatch_overhead_s = (c.dispatch_overhead_ms if spec.dispatch_overhead_ms is None
+                                    else spec.dispatch_overhead_ms) * S_PER_MS
+        self.first_token_overhead_s = (c.first_token_overhead_ms if spec.first_token_overhead_ms is None
+                                       else spec.first_token_overhead_ms) * S_PER_MS
         self._token_part: dict[int, float] = {}
 
     def _roof(self, name: str, flops: float, nbytes: float, flops_per_s: float,
