@@ -284,6 +284,8 @@ class Simulation:
         token_pool = "aggregated" if scenario.mode == "aggregated" else "decode"
         self.source.frontend_s = self.collector.frontend_s = getattr(latencies[entry_name], "dispatch_overhead_s", 0.0)
         self.collector.delivery_s = getattr(latencies[token_pool], "first_token_overhead_s", 0.0)
+        self.source.jitter_s = getattr(latencies[entry_name], "dispatch_jitter_s", 0.0)
+        self.source.seed = scenario.seed
         self.planner: Optional[Planner] = None
         if dynamic:
             self.worker_pools[entry_name].on_routable = self.router.poke

@@ -58,7 +58,7 @@ def cases(draw):
         {"kind": "constant", "prefill_ms": 10.0, "decode_ms": 4.0},
         # the frontend's times: releases and ends the client hears of later
         {"kind": "roofline", "model": "Llama-3.1-8B", "gpu": "H100", "dispatch_overhead_ms": 2.0,
-         "first_token_overhead_ms": 1.5},
+         "first_token_overhead_ms": 1.5, "dispatch_jitter_ms": 3.0},
     ]))
     data = {"latency": latency,
             "max_sim_time_s": draw(st.sampled_from([None, None, 0.5, 2.0]))}

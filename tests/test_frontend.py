@@ -8,6 +8,8 @@ when the client receives the last token, b after the engine emitted it.
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from simkit import override, scenario_from_dict
@@ -66,3 +68,20 @@ def test_models_without_a_frontend_fit_add_nothing():
     r = records.requests[0]
     assert r.frontend_s == 0.0 and r.first_token_overhead_s == 0.0
     assert r.ttft_components["prefill"] == r.ttft_s
+
+
+def test_a_drawn_client_delay_breaks_a_burst_of_identical_clients_and_replays_for_a_seed():
+    """8 identical requests at time 0: without jitter they reach the router together; with
+    dispatch_jitter_ms 40, each waits its own draw in [0, 40) ms (by request id), recorded as
+    its frontend time, and a second run draws the same."""
+    requests = [Request(i, 0.0, 400, 4) for i in range(8)]
+    jittered = override(scenario_from_dict(BASE), {"latency.dispatch_jitter_ms": 40.0})
+    first = simulate(jittered, requests).requests
+    again = simulate(jittered, requests).requests
+    delays = [r.frontend_s for r in first]
+    assert delays == [r.frontend_s for r in again]
+    assert len(set(delays)) == 8 and all(0.0 <= d < 0.040 for d in delays)
+    assert delays[3] == random.Random("0/frontend/3").random() * 0.040  # the scenario's seed 0, rid 3
+    assert all(r.dispatched_at >= r.arrived_at + r.frontend_s for r in first)
+    other_seed = simulate(override(jittered, {"seed": 1}), requests).requests
+    assert [r.frontend_s for r in other_seed] != delays

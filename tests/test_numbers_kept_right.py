@@ -235,6 +235,7 @@ PLACES = {
     "allreduce_latency_us": ({"latency": {"kind": "roofline"}}, "latency"),
     "dispatch_overhead_ms": ({"latency": {"kind": "roofline"}}, "latency"),
     "first_token_overhead_ms": ({"latency": {"kind": "roofline"}}, "latency"),
+    "dispatch_jitter_ms": ({"latency": {"kind": "roofline"}}, "latency"),
     "latency_ms": ({"pools": {"prefill": {}, "decode": {}}, "link": {}}, "link"),
     "bandwidth_gb_per_s": ({"pools": {"prefill": {}, "decode": {}}, "link": {}}, "link"),
     "kv_event_lag_ms": ({"router": {"kind": "kv_aware"}}, "router"),

@@ -160,6 +160,9 @@ class Collector:
         if self.recent is not None:
             self.recent[0].append(request)
 
+    def frontend(self, rid: int, seconds: float) -> None:
+        self.live[rid].frontend_s = seconds
+
     def dispatched(self, rid: int, at: float) -> None:
         self.live[rid].dispatched_at = at
 

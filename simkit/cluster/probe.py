@@ -17,6 +17,10 @@ class Probe(Protocol):
     def arrived(self, rid: int, at: float) -> None:
         """Request ``rid`` entered the router queue."""
 
+    def frontend(self, rid: int, seconds: float) -> None:
+        """The frontend holds ``rid`` this long before the router sees it (when not the run's
+        constant: a drawn client delay)."""
+
     def dispatched(self, rid: int, at: float) -> None:
         """The router sent ``rid`` to a worker (after any wait in the router queue)."""
 
@@ -54,6 +58,7 @@ class NullProbe:
     """A probe that ignores everything."""
 
     def arrived(self, rid, at): pass
+    def frontend(self, rid, seconds): pass
     def dispatched(self, rid, at): pass
     def admitted(self, rid, at, pool, worker, cached_tokens, lookup_tokens): pass
     def tokens(self, rids, at): pass

@@ -28,6 +28,7 @@ Part of :mod:`simkit.cluster`: a timeout loop plus timeout callbacks for depende
 
 from __future__ import annotations
 
+import random
 from collections import deque
 from typing import Callable, Iterable, Iterator, Optional
 
@@ -48,6 +49,10 @@ class Source:
         self.router_queue = router_queue
         #: the frontend's time between a request's release (the client's send) and the router
         self.frontend_s = frontend_s
+        #: plus, per request, a client delay drawn uniformly from [0, ``jitter_s``) by request id
+        #: (its own stream ``{seed}/frontend/{rid}``: the same whatever the release order)
+        self.jitter_s = 0.0
+        self.seed = 0
         self.probe = probe
         self.max_in_flight = max_in_flight
         self.released = 0
@@ -109,8 +114,12 @@ class Source:
         else:
             self.was_released[request.rid] = 1
         self.probe.arrived(request.rid, self.env.now)
-        if self.frontend_s:
-            self.env.timeout(self.frontend_s).callbacks.append(lambda _ev: self.router_queue.put(request))
+        delay = self.frontend_s
+        if self.jitter_s:
+            delay += random.Random(f"{self.seed}/frontend/{request.rid}").random() * self.jitter_s
+            self.probe.frontend(request.rid, delay)
+        if delay:
+            self.env.timeout(delay).callbacks.append(lambda _ev: self.router_queue.put(request))
         else:
             self.router_queue.put(request)
 

@@ -359,6 +359,9 @@ class Calibration:
 
     gemm_compute_eff: float = 0.7
     gemm_memory_eff: float = 0.8
+    #: quantized weights (fp8, fp4): the pass that quantizes each GEMM's input activations
+    #: (read bf16, write the weights' precision) reaches this fraction of HBM bandwidth
+    quant_memory_eff: float = 0.5
     attention_compute_eff: float = 0.5
     attention_memory_eff: float = 0.7
     comm_eff: float = 0.7
@@ -383,17 +386,24 @@ def _calibration_table() -> dict:
     return json.loads((_data_dir() / "calibration.json").read_text())
 
 
-def load_calibration(gpu: str, backend: Optional[str] = None, moe: bool = False) -> Calibration:
+def load_calibration(gpu: str, backend: Optional[str] = None, moe: bool = False,
+                     precision: Optional[str] = None) -> Calibration:
     """The fitted calibration of ``gpu`` from ``data/calibration.json``; GPUs without their
-    own fit take the entry named ``default`` (documented there). With ``backend`` (vllm,
-    sglang, trtllm) the fixed overheads fitted for that engine on that GPU replace the GPU's,
-    when the fit exists; with ``moe`` too, those fitted on that engine's mixture-of-experts
-    rows (``<backend>/moe``) replace them in turn, when that fit exists."""
+    own fit take the entry named ``default`` (documented there). With ``precision`` (bf16,
+    fp8, fp4) the GEMM efficiencies fitted for that precision on that GPU (``gemm``) replace
+    the GPU's bf16 ones. With ``backend`` (vllm, sglang, trtllm) the fixed overheads fitted for
+    that engine on that GPU replace the GPU's, when the fit exists, and so do the GEMM
+    efficiencies of that engine's kernels (its ``gemm``); with ``moe`` too, the overheads
+    fitted on that engine's mixture-of-experts rows (``<backend>/moe``) replace them in turn,
+    when that fit exists."""
     table = _calibration_table()
     entry = dict(table.get(gpu) or table["default"])
+    entry.update(entry.get("gemm", {}).get(precision, {}))
     if backend is not None:
         fits = entry.get("backends", {})
-        entry.update(fits.get(backend, {}))
+        mine = fits.get(backend, {})
+        entry.update(mine)
+        entry.update(mine.get("gemm", {}).get(precision, {}))
         if moe:
             entry.update(fits.get(f"{backend}/moe", {}))
     fields = Calibration.__attrs_attrs__

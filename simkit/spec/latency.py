@@ -60,6 +60,9 @@ class DeploymentLatency:
     #: template, tokenization, routing; ms); null: the value fitted for the GPU and backend
     #: (calibration.json, fitted on the calibration rows' TTFT), else 0
     dispatch_overhead_ms: Optional[float] = field(default=None, validator=_nonneg)
+    #: plus, per request, a client or frontend delay drawn uniformly from [0, this) (ms; the
+    #: request id's own stream of the scenario's seed): identical clients then fall out of lockstep
+    dispatch_jitter_ms: float = field(default=0.0, validator=_nonneg)
     #: the frontend's time from each engine token to the client (detokenization, the streamed
     #: chunk; ms): TTFT and E2E grow by it, ITL does not; null: the fitted value, else 0
     first_token_overhead_ms: Optional[float] = field(default=None, validator=_nonneg)

@@ -92,6 +92,7 @@ class AicModel:
         cal = load_calibration(spec.gpu, spec.backend, load_model(spec.model).is_moe)
         self.dispatch_overhead_s = (cal.dispatch_overhead_ms if spec.dispatch_overhead_ms is None
                                     else spec.dispatch_overhead_ms) * S_PER_MS
+        self.dispatch_jitter_s = spec.dispatch_jitter_ms * S_PER_MS
         self.first_token_overhead_s = (cal.first_token_overhead_ms if spec.first_token_overhead_ms is None
                                        else spec.first_token_overhead_ms) * S_PER_MS
 

@@ -57,6 +57,9 @@ class RooflineModel:
       FLOPs per pair and head, the latent replicated on every rank; sliding-window layers
       attend to at most ``window`` tokens per request);
     * elementwise ops (norms, rotary, activation, residual adds): ``2 T (6 h + 3 I / t)`` bytes;
+    * with fp8 or fp4 weights, the quantization of each GEMM's input activations: ``T (2 + b)``
+      bytes per input element of the layer's projections (QKV and gate/up read ``h``, O and down
+      their TP share), at ``quant_memory_eff`` of the HBM bandwidth;
     * TP all-reduce, two per layer of ``2 T h`` bytes: latency + ``2 (t-1)/t`` bytes / link;
     * fixed overheads: ``layer_overhead_us`` per layer, ``pass_overhead_ms`` per pass, and for
       each request that samples a token (decode requests, plus one when the pass prefills)
@@ -76,7 +79,9 @@ class RooflineModel:
                  gpu: Optional[GpuSpec] = None, calibration: Optional[Calibration] = None) -> None:
         a = self.arch = arch or load_model(spec.model)
         g = self.gpu = gpu or load_gpu(spec.gpu)
-        c = calibration or load_calibration(g.name, spec.backend, a.is_moe)
+        c = calibration or load_calibration(g.name, spec.backend, a.is_moe, spec.precision)
+        # the LM head's GEMM runs in bf16, at bf16's fitted efficiency
+        bf16 = calibration or load_calibration(g.name, spec.backend, a.is_moe, "bf16")
         overrides = {k: getattr(spec, k) for k in ("layer_overhead_us", "pass_overhead_ms", "sequence_overhead_us",
                                                    "request_layer_overhead_us", "allreduce_latency_us")
                      if getattr(spec, k) is not None}
@@ -87,7 +92,7 @@ class RooflineModel:
         wb = PRECISION_BYTES[spec.precision]
         kvb = PRECISION_BYTES[spec.kv_precision]
         self.gemm_flops_per_s = g.tflops(spec.precision) * 1e12 * c.gemm_compute_eff
-        self.bf16_flops_per_s = g.tflops("bf16") * 1e12 * c.gemm_compute_eff
+        self.bf16_flops_per_s = g.tflops("bf16") * 1e12 * bf16.gemm_compute_eff
         self.gemm_bytes_per_s = g.hbm_gb_per_s * 1e9 * c.gemm_memory_eff
         self.attn_flops_per_s = g.tflops("bf16") * 1e12 * c.attention_compute_eff
         self.attn_bytes_per_s = g.hbm_gb_per_s * 1e9 * c.attention_memory_eff
@@ -114,6 +119,17 @@ class RooflineModel:
         self.sliding_layers = a.num_sliding_layers
         self.window = a.sliding_window
         self.elementwise_bytes_per_token = 2.0 * (6 * a.hidden_size + 3 * a.intermediate_size / t) * a.num_layers
+        # quantized weights: each GEMM's input activations are quantized first (read in bf16,
+        # written at the weights' precision): the inputs of a layer's projections per rank
+        if spec.precision != "bf16":
+            h = a.hidden_size
+            attn_in = h + (a.num_heads * (a.v_head_dim if a.is_mla else a.head_dim)) / t
+            moe_in = (a.experts_per_token + a.num_shared_experts) * (h + a.moe_intermediate_size / t)
+            per_token = (a.num_layers * attn_in + dense_layers * (h + a.intermediate_size / t)
+                         + moe_layers * moe_in)
+            self.quant_s_per_token = per_token * (2 + wb) / (g.hbm_gb_per_s * 1e9 * c.quant_memory_eff)
+        else:
+            self.quant_s_per_token = 0.0
         # communication: two all-reduces per layer of the hidden states (bf16)
         if t > 1:
             link = g.intra_node_gb_per_s if t <= g.gpus_per_node else g.inter_node_gb_per_s
@@ -128,6 +144,7 @@ class RooflineModel:
         #: to passes; speedup_ratio does not scale them)
         self.dispatch_overhead_s = (c.dispatch_overhead_ms if spec.dispatch_overhead_ms is None
                                     else spec.dispatch_overhead_ms) * S_PER_MS
+        self.dispatch_jitter_s = spec.dispatch_jitter_ms * S_PER_MS
         self.first_token_overhead_s = (c.first_token_overhead_ms if spec.first_token_overhead_ms is None
                                        else spec.first_token_overhead_ms) * S_PER_MS
         self._token_part: dict[int, float] = {}
@@ -140,7 +157,7 @@ class RooflineModel:
     def breakdown(self, prefill_tokens: int, decode_requests: int, decode_context_tokens: int,
                   prefill_attention_pairs: Optional[int] = None) -> list[OpCost]:
         """The pass's operator classes: ``gemm``, ``experts`` (MoE), ``lm_head``,
-        ``elementwise``, ``attention_prefill``, ``attention_decode``, ``allreduce``,
+        ``elementwise``, ``quantize`` (fp8/fp4 weights), ``attention_prefill``, ``attention_decode``, ``allreduce``,
         ``overhead``; their ``time_s`` sum to :meth:`pass_time_s` (before ``speedup_ratio``).
 
         ``prefill_attention_pairs`` defaults to one fresh sequence of ``prefill_tokens``:
@@ -165,6 +182,8 @@ class RooflineModel:
                               self.bf16_flops_per_s, self.gemm_bytes_per_s))
         ops.append(self._roof("elementwise", 0.0, tokens * self.elementwise_bytes_per_token,
                               self.gemm_flops_per_s, self.gemm_bytes_per_s))
+        if self.quant_s_per_token:
+            ops.append(OpCost("quantize", time_s=tokens * self.quant_s_per_token))
         if n:
             ops.append(self._roof("attention_prefill", *self._prefill_attention(n, prefill_attention_pairs),
                                   self.attn_flops_per_s, self.attn_bytes_per_s))
