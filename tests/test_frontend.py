@@ -85,3 +85,16 @@ def test_a_drawn_client_delay_breaks_a_burst_of_identical_clients_and_replays_fo
     assert all(r.dispatched_at >= r.arrived_at + r.frontend_s for r in first)
     other_seed = simulate(override(jittered, {"seed": 1}), requests).requests
     assert [r.frontend_s for r in other_seed] != delays
+
+
+def test_a_host_output_limit_sets_a_floor_on_each_pass_and_is_off_by_default():
+    from simkit.engine.latency.roofline import RooflineModel
+    from simkit.spec import RooflineLatency
+
+    free = RooflineModel(RooflineLatency(model="Llama-3.1-8B", gpu="H100"))
+    capped = RooflineModel(RooflineLatency(model="Llama-3.1-8B", gpu="H100", host_output_tokens_per_s=1000.0))
+    # 64 decode requests sample 64 tokens: at most 1000 tokens/s, so at least 64 ms
+    assert free.pass_time_s(0, 64, 64 * 500) < 0.064
+    assert capped.pass_time_s(0, 64, 64 * 500) == 0.064
+    # a prefill pass samples one token (its last prompt token's): 1 ms at least, below its compute
+    assert capped.pass_time_s(2048, 0, 0) == free.pass_time_s(2048, 0, 0)

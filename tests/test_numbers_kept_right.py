@@ -236,6 +236,7 @@ PLACES = {
     "dispatch_overhead_ms": ({"latency": {"kind": "roofline"}}, "latency"),
     "first_token_overhead_ms": ({"latency": {"kind": "roofline"}}, "latency"),
     "dispatch_jitter_ms": ({"latency": {"kind": "roofline"}}, "latency"),
+    "host_output_tokens_per_s": ({"latency": {"kind": "roofline"}}, "latency"),
     "latency_ms": ({"pools": {"prefill": {}, "decode": {}}, "link": {}}, "link"),
     "bandwidth_gb_per_s": ({"pools": {"prefill": {}, "decode": {}}, "link": {}}, "link"),
     "kv_event_lag_ms": ({"router": {"kind": "kv_aware"}}, "router"),

@@ -13,7 +13,7 @@ from typing import Literal, Optional, Union
 
 from attrs import field, frozen
 
-from simkit.spec.base import _at_most, _nonneg, _pos, _positive
+from simkit.spec.base import _rate, _at_most, _nonneg, _pos, _positive
 
 
 @frozen
@@ -63,6 +63,10 @@ class DeploymentLatency:
     #: plus, per request, a client or frontend delay drawn uniformly from [0, this) (ms; the
     #: request id's own stream of the scenario's seed): identical clients then fall out of lockstep
     dispatch_jitter_ms: float = field(default=0.0, validator=_nonneg)
+    #: opt-in host-side limit (a deployment property, never a default): the worker's host
+    #: (frontend, detokenizer, output path) streams at most this many tokens/s, so a pass that
+    #: samples n tokens lasts at least n / rate; null: no limit
+    host_output_tokens_per_s: Optional[float] = field(default=None, validator=_rate)
     #: the frontend's time from each engine token to the client (detokenization, the streamed
     #: chunk; ms): TTFT and E2E grow by it, ITL does not; null: the fitted value, else 0
     first_token_overhead_ms: Optional[float] = field(default=None, validator=_nonneg)

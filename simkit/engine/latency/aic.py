@@ -93,6 +93,7 @@ class AicModel:
         self.dispatch_overhead_s = (cal.dispatch_overhead_ms if spec.dispatch_overhead_ms is None
                                     else spec.dispatch_overhead_ms) * S_PER_MS
         self.dispatch_jitter_s = spec.dispatch_jitter_ms * S_PER_MS
+        self.min_s_per_token = 1.0 / spec.host_output_tokens_per_s if spec.host_output_tokens_per_s else 0.0
         self.first_token_overhead_s = (cal.first_token_overhead_ms if spec.first_token_overhead_ms is None
                                        else spec.first_token_overhead_ms) * S_PER_MS
 
@@ -115,6 +116,8 @@ class AicModel:
         ms = self.cache.get(key)
         if ms is None:
             ms = self.cache[key] = self.exact_ms(*key)
+        if self.min_s_per_token:  # the host's output rate (an opt-in limit)
+            return max(ms * self.scale_s, (decode_requests + (1 if prefill_tokens else 0)) * self.min_s_per_token)
         return ms * self.scale_s
 
     def decode_run(self, decode_requests: int, first_context_tokens: int, passes: int,

@@ -63,7 +63,9 @@ class RooflineModel:
     * TP all-reduce, two per layer of ``2 T h`` bytes: latency + ``2 (t-1)/t`` bytes / link;
     * fixed overheads: ``layer_overhead_us`` per layer, ``pass_overhead_ms`` per pass, and for
       each request that samples a token (decode requests, plus one when the pass prefills)
-      ``sequence_overhead_us`` plus ``request_layer_overhead_us`` per layer.
+      ``sequence_overhead_us`` plus ``request_layer_overhead_us`` per layer;
+    * with ``host_output_tokens_per_s`` (opt-in), a pass lasts at least its sampled tokens over
+      that rate (a host-side output limit).
 
     Each roofline op takes ``max(FLOPs / (peak * compute_eff), bytes / (bandwidth *
     memory_eff))`` (Williams, Waterman, Patterson, "Roofline", CACM 2009); ops run one after
@@ -145,6 +147,8 @@ class RooflineModel:
         self.dispatch_overhead_s = (c.dispatch_overhead_ms if spec.dispatch_overhead_ms is None
                                     else spec.dispatch_overhead_ms) * S_PER_MS
         self.dispatch_jitter_s = spec.dispatch_jitter_ms * S_PER_MS
+        rate = spec.host_output_tokens_per_s
+        self.min_s_per_token = 1.0 / rate if rate else 0.0
         self.first_token_overhead_s = (c.first_token_overhead_ms if spec.first_token_overhead_ms is None
                                        else spec.first_token_overhead_ms) * S_PER_MS
         self._token_part: dict[int, float] = {}
@@ -211,6 +215,10 @@ class RooflineModel:
             total += self._attention_s(*self._prefill_attention(n, prefill_attention_pairs))
         if decode_requests:
             total += self._attention_s(*self._decode_attention(decode_requests, decode_context_tokens))
+        if self.min_s_per_token:  # the host's output rate (an opt-in limit)
+            floor = (decode_requests + (1 if n else 0)) * self.min_s_per_token
+            if total < floor:
+                total = floor
         return total * self.scale
 
     def _prefill_attention(self, n: int, pairs: Optional[int]) -> tuple[float, float]:
