@@ -208,6 +208,15 @@ SCENARIOS = [
                   r"field hidden_size must be an integer from 1 to", files={"m.json": json.dumps(
                       {"hidden_size": 10 ** 30, "num_attention_heads": 32, "num_hidden_layers": 2,
                        "vocab_size": 100})}),
+    scenario_case("path-model-max-position-huge", "pools: {aggregated: {}}\nlatency: {kind: roofline, model: m.json}\n",
+                  BAD, r"m\.json: config\.json field max_position_embeddings must be an integer from 1 to 2147483648, "
+                  r"got 1099511627776 @ \$\.latency\.model", files={"m.json": json.dumps(
+                      {"hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 100,
+                       "max_position_embeddings": 2 ** 40})}),
+    scenario_case("path-model-moe-no-per-token", "pools: {aggregated: {}}\nlatency: {kind: roofline, model: m.json}\n",
+                  BAD, r"m\.json: config\.json gives 8 experts but 0 experts per token", files={"m.json": json.dumps(
+                      {"hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 100,
+                       "num_local_experts": 8, "num_experts_per_tok": 0})}),
     scenario_case("policy-missing-module", TINY + "router: {kind: python, path: 'nope:R'}\n", BAD,
                   r"cannot import module 'nope'"),
     scenario_case("policy-bad-path", TINY + "router: {kind: python, path: 'not a path'}\n", BAD,
@@ -592,6 +601,8 @@ COMPARE = [
 # ============================================================ step
 
 STEP_M = ["step", "--model", "{in}/m.json", "--gpu", "H100", "--prefill-tokens", "10"]
+#: a tiny valid config.json, for the step cases to break one field of
+TOY_CONFIG = {"hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 100}
 STEP = [
     C("step-ok", "step --model Llama-3.1-8B --gpu H100 --prefill-tokens 100", 0, out=r"pass"),
     C("step-unknown-model", "step --model Nope --gpu H100 --prefill-tokens 10", BAD, r"unknown model 'Nope'"),
@@ -613,6 +624,40 @@ STEP = [
     C("step-layer-types", STEP_M, BAD, r"layer_types must be a list",
       files={"m.json": json.dumps({"hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2,
                                    "vocab_size": 100, "layer_types": 5})}),
+    # a config.json field that would silently price a wrong pass (each names the file and the field)
+    *[C(f"step-config-{id}", STEP_M, BAD, r"^simkit step: {in}/m\.json: config\.json .*" + err,
+        files={"m.json": json.dumps(dict(TOY_CONFIG, **change))}) for id, change, err in [
+        ("moe-zero-per-token", {"num_local_experts": 8, "num_experts_per_tok": 0},
+         r"gives 8 experts but 0 experts per token \(num_experts_per_tok\)"),
+        ("moe-no-per-token", {"num_local_experts": 8}, r"gives 8 experts but 0 experts per token"),
+        ("moe-zero-width", {"num_local_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 0},
+         r"moe_intermediate_size 0; expected each expert's MLP width"),
+        ("kv-heads-above-heads", {"num_key_value_heads": 8},
+         r"field num_key_value_heads is 8, which does not divide the 4 attention heads"),
+        ("kv-heads-not-dividing", {"num_key_value_heads": 3}, r"field num_key_value_heads is 3, which does not divide"),
+        ("mlp-only-outside", {"mlp_only_layers": [1000, -1]},
+         r"field mlp_only_layers names layer 1000; expected layer indices from 0 to 1"),
+        ("mlp-only-repeated", {"mlp_only_layers": [0] * 500}, r"field mlp_only_layers names layer 0 more than once"),
+        ("mlp-only-bool", {"mlp_only_layers": [True]}, r"field mlp_only_layers must be a list of layer indices"),
+        ("sparse-step-zero", {"decoder_sparse_step": 0}, r"field decoder_sparse_step must be an integer from 1"),
+        ("sparse-step-float", {"decoder_sparse_step": 1.5}, r"field decoder_sparse_step must be an integer"),
+        ("moe-freq-negative", {"moe_layer_freq": -1}, r"field moe_layer_freq must be an integer from 1"),
+        ("max-position-zero", {"max_position_embeddings": 0},
+         r"field max_position_embeddings must be an integer from 1 to 2147483648, got 0"),
+        ("moe-no-width", {"num_local_experts": 8, "num_experts_per_tok": 2},
+         r"gives 8 experts but no moe_intermediate_size \(nor intermediate_size\)"),
+        ("first-dense-beyond", {"num_local_experts": 8, "num_experts_per_tok": 2, "intermediate_size": 128,
+                                "first_k_dense_replace": 3},
+         r"field first_k_dense_replace is 3, more than the 2 layers"),
+        ("layer-types-count", {"layer_types": ["full_attention"]}, r"field layer_types names 1 layers; expected"),
+        ("sliding-no-window", {"layer_types": ["sliding_attention"] * 2, "sliding_window": 0},
+         r"2 sliding_attention layers \(layer_types\) but sliding_window is 0"),
+        ("tie-not-bool", {"tie_word_embeddings": "yes"}, r"field tie_word_embeddings must be true or false"),
+        ("heads-not-dividing-hidden", {"num_attention_heads": 3},
+         r"no head_dim and its 3 attention heads \(num_attention_heads\) do not divide hidden_size 64"),
+        ("mla-no-v-head-dim", {"kv_lora_rank": 16, "qk_rope_head_dim": 8, "qk_nope_head_dim": 8},
+         r"kv_lora_rank 16 \(MLA attention\) but field v_head_dim is None"),
+    ]],
 ]
 
 CLI_CASES = SCENARIOS + MOONCAKE + AGENTIC + AZURE + CSV + WEKA + WEKA_REQUESTS + GENERIC_TRACE + CLI + SWEEPS \
