@@ -552,6 +552,14 @@ def _run_folder(d: Path, name: str = "r", **summary_changes) -> Path:
 _BASE_RUN: Path = Path()  # set by the fixture below
 
 
+def _jsonl_only(d: Path, tail: str) -> None:
+    """A run folder without requests.parquet whose requests.jsonl ends with ``tail``."""
+    folder = _run_folder(d)
+    (folder / "requests.parquet").unlink()
+    with open(folder / "requests.jsonl", "ab") as f:
+        f.write(tail.encode("utf-8", "surrogateescape"))
+
+
 def compare_case(id, code, err=None, prepare=None, extra=(), out=None, runs=("{in}/r",)) -> Case:
     return C(id, ["compare", *runs, *extra], code, err, files={"_prepare": prepare or (lambda d: _run_folder(d))},
              out=out)
@@ -581,7 +589,21 @@ COMPARE = [
     compare_case("cmp-rows-missing", BAD, r"cannot read the run: .*requests\.jsonl",
                  prepare=lambda d: (lambda f: [(f / n).unlink() for n in ("requests.parquet", "requests.jsonl")])(
                      _run_folder(d))),
-    compare_case("cmp-parquet-corrupt", BAD, r"cannot read the run",
+    compare_case("cmp-jsonl-only", 0, out=r"completed / total\s+4/4",
+                 prepare=lambda d: (_run_folder(d) / "requests.parquet").unlink()),
+    compare_case("cmp-jsonl-garbage-line", BAD, r"cannot read the run: {in}/r/requests\.jsonl:5: not a JSON object "
+                 r"\(Expecting value, column 1\)", prepare=lambda d: _jsonl_only(d, "garbage\n")),
+    compare_case("cmp-jsonl-array-line", BAD, r"{in}/r/requests\.jsonl:5: found a JSON array",
+                 prepare=lambda d: _jsonl_only(d, "[1]\n")),
+    compare_case("cmp-jsonl-other-fields", BAD, r"{in}/r/requests\.jsonl:5: lacks field 'arrival_ms', unlike line 1",
+                 prepare=lambda d: _jsonl_only(d, '{"id": 4}\n')),
+    compare_case("cmp-jsonl-not-utf8", BAD, r"{in}/r/requests\.jsonl:5: not UTF-8 text \(invalid start byte\)",
+                 prepare=lambda d: _jsonl_only(d, "\udcff\n")),
+    compare_case("cmp-summary-not-utf8", BAD, r"{in}/r/summary\.json:1: not UTF-8 text",
+                 prepare=lambda d: (_run_folder(d) / "summary.json").write_bytes(b"\xff{}")),
+    compare_case("cmp-yaml-not-utf8", BAD, r"{in}/r/scenario\.resolved\.yaml:2: not UTF-8 text",
+                 prepare=lambda d: (_run_folder(d) / "scenario.resolved.yaml").write_bytes(b"name: x\n\xfe\n")),
+    compare_case("cmp-parquet-corrupt", BAD, r"cannot read the run: {in}/r/requests\.parquet: not a Parquet table",
                  prepare=lambda d: (_run_folder(d) / "requests.parquet").write_text("not parquet")),
     compare_case("cmp-plot-extension", BAD, r"--plot writes \.png, \.pdf or \.svg", extra=["--plot", "{tmp}/x.txt"]),
     compare_case("cmp-plot-exists", BAD, r"exists; choose another --plot or add --force",
