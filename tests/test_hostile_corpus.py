@@ -137,7 +137,7 @@ SCENARIOS = [
     scenario_case("yaml-deep-nesting", "a: " + "[" * 5000 + "]" * 5000 + "\n", BAD, "nested too deeply"),
     scenario_case("yaml-control-char-key", 'pools: {aggregated: {}}\n"k\\u001b[2J": 1\n', BAD, r"k\\x1b\[2J"),
     scenario_case("yaml-not-utf8", "pools: {aggregated: {}}\n# \udcff\n", BAD,
-                  r"s\.yaml: cannot read scenario file: 'utf-8' codec can't decode"),
+                  r"s\.yaml:2: not UTF-8 text \(invalid start byte\); expected a YAML scenario"),
     # the clock's limit on every time-like field
     scenario_case("time-max-sim-time", TINY + "max_sim_time_s: 1e10\n", BAD,
                   r"'max_sim_time_s' must be at most 1e9 s .* @ \$\.max_sim_time_s"),
@@ -204,6 +204,12 @@ SCENARIOS = [
                   r"m\.json: not JSON", files={"m.json": "{"}),
     scenario_case("path-model-nested", "pools: {aggregated: {}}\nlatency: {kind: roofline, model: m.json}\n", BAD,
                   r"nested too deeply", files={"m.json": "[" * 100000 + "]" * 100000}),
+    scenario_case("path-model-not-utf8", "pools: {aggregated: {}}\nlatency: {kind: roofline, model: m.json}\n", BAD,
+                  r"m\.json:2: not UTF-8 text \(invalid start byte\); expected a model config\.json @ \$\.latency\.model",
+                  files={"m.json": "{\n\udcff}"}),
+    scenario_case("path-table-not-utf8", "pools: {aggregated: {}}\nlatency: {kind: table, path: p.csv}\n", BAD,
+                  r"p\.csv:2: not UTF-8 text \(invalid start byte\); expected a pass table CSV @ \$\.latency\.path",
+                  files={"p.csv": "prefill_tokens,decode_requests,decode_context_tokens,pass_ms\n\udcff\n"}),
     scenario_case("path-model-huge", "pools: {aggregated: {}}\nlatency: {kind: roofline, model: m.json}\n", BAD,
                   r"field hidden_size must be an integer from 1 to", files={"m.json": json.dumps(
                       {"hidden_size": 10 ** 30, "num_attention_heads": 32, "num_hidden_layers": 2,
@@ -297,11 +303,18 @@ MOONCAKE = [
                at(2) + "timestamp 5 is earlier than the previous line's 10", extra=["--stream"]),
     trace_case("mc-follow-up-stream", lines(mk(session_id=1), mk(session_id=1)), BAD,
                at(2) + "a request that waits for others .* cannot be streamed", extra=["--stream"]),
+    trace_case("mc-not-utf8", lines(mk(), "\udcff\udcfe"), BAD, at(2) + r"not UTF-8 text \(invalid start byte\)"),
+    trace_case("mc-not-utf8-stream", lines(mk(), mk(), "\udcff"), BAD, at(3) + "not UTF-8 text", extra=["--stream"]),
+    trace_case("mc-not-utf8-first", lines("\udcff"), BAD, at(1) + "not UTF-8 text"),
+    trace_case("mc-utf8-session-ok", lines(mk(session_id="caf\u00e9")), 0),
 ]
 
 AGENTIC = [
     trace_case("ag-ok", lines(ag("a", first_ready_timestamp_ms=0), ag("b", wait_for=["a"],
                                                                      delay_after_dependencies_ms=5)), 0),
+    trace_case("ag-not-utf8", lines(ag("a"), '{"request_id": "b", "input_length": 1, "max_output_tokens": 1, '
+                                             '"session_id": "caf\u00e9\udcff"}'), BAD,
+               at(2) + r"not UTF-8 text \(invalid start byte\)"),
     trace_case("ag-missing-ready-is-time-zero", lines(ag("a", first_ready_timestamp_ms=1.7e12), ag("b"),
                                                       ag("c", first_ready_timestamp_ms=1.7e12 + 100)), 0,
                check=lambda d: arrivals(d / "out") == [0.0, 0.0, 100.0]
@@ -350,6 +363,8 @@ AZURE = [
                at(2, "t.csv") + "ContextTokens is \"-1\"", name="t.csv"),
     trace_case("az-header-only", "TIMESTAMP,ContextTokens,GeneratedTokens\n", BAD, "the trace has no requests",
                name="t.csv"),
+    trace_case("az-not-utf8", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,100,3\n\udcff,1,1\n", BAD,
+               at(3, "t.csv") + "not UTF-8 text", name="t.csv"),
     trace_case("az-time-25h", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 25:00:99,100,3\n", BAD,
                at(2, "t.csv") + "TIMESTAMP '2023-11-16 25:00:99' is not a date and time", name="t.csv"),
 ]
@@ -374,7 +389,7 @@ CSV = [
     trace_case("csv-header-explicit", "arrival,input_length,output_length\n0,1,1\n", BAD,
                at(1, "t.csv") + "CSV header is 'arrival,input_length,output_length'", fmt="csv", name="t.csv"),
     trace_case("csv-not-utf8", "arrival_ms,input_length,output_length\n0,1,1\n\udcff\n", BAD,
-               r"t\.csv: not UTF-8 text", name="t.csv"),
+               at(3, "t.csv") + r"not UTF-8 text \(invalid start byte\)", name="t.csv"),
     trace_case("csv-speedup", "arrival_ms,input_length,output_length\n0,1,1\n1000,1,1\n", 0, name="t.csv",
                extra=["--set", "workload.arrival_speedup_ratio=4"],
                check=lambda d: arrivals(d / "out") == [0.0, 250.0]),
@@ -384,6 +399,7 @@ WEKA = [
     trace_case("wk-ok", lines(wk("s", [{"in": 100, "out": 3}, {"in": 200, "out": 3, "think_time": 0.5}])), 0,
                fmt="weka"),
     trace_case("wk-detected", lines(wk("s", [{"in": 100, "out": 3}])), 0),
+    trace_case("wk-not-utf8", lines(wk("s", [{"in": 100, "out": 3}]), "\udcff"), BAD, at(2) + "not UTF-8 text"),
     trace_case("wk-huge-block", lines(wk("s", [{"in": 100, "out": 3}], block_size=10 ** 12)), BAD,
                at(1) + "field 'block_size' is 1000000000000; expected an integer from 1 to 2147483648"),
     trace_case("wk-max-block", lines(wk("s", [{"in": 100, "out": 3, "hash_ids": [1]}], block_size=2 ** 31)), 0),
@@ -406,6 +422,7 @@ WEKA = [
 
 WEKA_REQUESTS = [
     trace_case("wr-ok", lines(wr("s"), wr("s", seq=1, t=1.0, think_time=0.5, prefix_blocks_prev=1)), 0),
+    trace_case("wr-not-utf8", lines(wr("s"), "\udcff"), BAD, at(2) + "not UTF-8 text"),
     trace_case("wr-t-negative", lines(wr("s", t=-1)), BAD, at(1) + "field 't' is -1; expected seconds from 0 to 1e9"),
     trace_case("wr-t-beyond", lines(wr("s", t=2e9)), BAD, at(1) + "field 't' is 2000000000.0; expected seconds"),
     trace_case("wr-think-beyond", lines(wr("s", think_time=5e9)), BAD, at(1) + "field 'think_time' is 5000000000.0; "

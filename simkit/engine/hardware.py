@@ -29,7 +29,7 @@ from importlib import resources
 from typing import Optional
 from attrs import frozen
 
-from simkit.core.files import open_regular
+from simkit.core.files import NotUtf8, read_text
 
 __all__ = ["ModelArch", "GpuSpec", "Calibration", "PRECISION_BYTES", "HardwareError",
            "load_model", "load_gpu", "load_calibration", "model_names", "gpu_names",
@@ -374,11 +374,11 @@ def _load_model(name_or_path: str, _stamp) -> ModelArch:
     elif name_or_path.endswith(".json") or "/" in name_or_path or os.sep in name_or_path:
         name = os.path.basename(name_or_path)
         try:
-            with open_regular(name_or_path) as f:
-                text = f.read()
-        except (OSError, UnicodeDecodeError) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            raise HardwareError(f"cannot read model config {name_or_path}: {reason}") from None
+            text = read_text(name_or_path)
+        except NotUtf8 as exc:
+            raise HardwareError(f"{exc}; expected a model config.json") from None
+        except OSError as exc:
+            raise HardwareError(f"cannot read model config {name_or_path}: {exc.strerror or exc}") from None
     else:
         raise HardwareError(f"unknown model {name_or_path!r} (expected one of: "
                             f"{', '.join(model_names())}, or a path to a config.json)")

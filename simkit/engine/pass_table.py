@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from attrs import frozen
 
-from simkit.core.files import open_regular
+from simkit.core.files import NotUtf8, read_text
 from simkit.engine.hardware import HardwareError
 
 __all__ = ["PassTable", "load_pass_table"]
@@ -43,12 +43,14 @@ def load_pass_table(path: str) -> PassTable:
             that do not form the grids above.
     """
     import csv
+    import io
 
     want = ["prefill_tokens", "decode_requests", "decode_context_tokens", "pass_ms"]
     try:
-        with open_regular(path, encoding="utf-8-sig", newline="") as f:
-            rows = list(csv.reader(f))
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        rows = list(csv.reader(io.StringIO(read_text(path, encoding="utf-8-sig"), newline="")))
+    except NotUtf8 as exc:
+        raise HardwareError(f"{exc}; expected a pass table CSV") from None
+    except (OSError, csv.Error) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise HardwareError(f"cannot read pass table {path}: {reason}") from None
     if not rows or [c.strip() for c in rows[0]] != want:

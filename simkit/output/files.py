@@ -23,7 +23,7 @@ import shutil
 import tempfile
 from typing import Optional
 
-from simkit.core.files import open_regular
+from simkit.core.files import NotUtf8, open_regular, read_text
 from simkit.spec import Scenario, dump_scenario
 from simkit.core.records import PoolSample, RunRecords, WorkerCount
 from simkit.output.report import ROW_INT_COLUMNS, iter_request_rows
@@ -365,19 +365,6 @@ def write_run(out_dir: str, scenario: Scenario, records: RunRecords, summary: di
 # ------------------------------------------------------------------ reading a run folder back
 
 
-def _utf8(data: bytes, path: str) -> str:
-    """``data`` decoded as UTF-8.
-
-    Raises:
-        ValueError: not UTF-8 (``PATH:LINE: not UTF-8 text (reason)``).
-    """
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        raise ValueError(f"{path}:{line}: not UTF-8 text ({exc.reason}); expected a file simkit wrote") from None
-
-
 def read_run_text(path: str) -> str:
     """The text of a run folder's file (``scenario.resolved.yaml``...), opened only as a
     regular file.
@@ -386,8 +373,10 @@ def read_run_text(path: str) -> str:
         OSError: missing or not a regular file (the error names the path).
         ValueError: not UTF-8 text (``PATH:LINE``).
     """
-    with open_regular(path) as f:
-        return _utf8(f.buffer.read(), path)
+    try:
+        return read_text(path, encoding="utf-8-sig")  # a BOM an editor added is fine
+    except NotUtf8 as exc:
+        raise ValueError(f"{exc}; expected a file simkit wrote") from None
 
 
 def read_run_json(path: str, what: str = "a simkit summary"):

@@ -73,24 +73,43 @@ def int_field(obj: dict, name: str, minimum: int, path: str, line: int, maximum:
     return value
 
 
+def _not_utf8(text: str, path: str, line: int) -> TraceError:
+    """The error for a line read with ``surrogateescape`` that holds bytes UTF-8 does not
+    decode: its line and the decoder's reason (``invalid start byte``...)."""
+    try:
+        text.encode("utf-8", "surrogateescape").decode("utf-8")
+        reason = "invalid byte"
+    except UnicodeDecodeError as exc:
+        reason = exc.reason
+    return TraceError(path, line, f"not UTF-8 text ({reason}); expected a text trace")
+
+
 def read_lines(path: str):
     """Yield ``(line number, text)`` for the non-blank lines of a UTF-8 text file (a BOM and
     CRLF endings are fine).
 
+    The file is decoded with ``surrogateescape``, so that a byte UTF-8 does not decode stops the
+    read at its own line (a strict decoder fails on a whole buffered chunk, before the lines
+    in it are counted); a line with one is refused. Only lines with non-ASCII text pay for the
+    check.
+
     Raises:
-        TraceError: a directory, an unreadable or non-UTF-8 file.
+        TraceError: a directory, an unreadable file, or a line that is not UTF-8 (``FILE:LINE``).
     """
     try:
-        with open_regular(path, encoding="utf-8-sig") as f:
+        with open_regular(path, encoding="utf-8-sig", errors="surrogateescape") as f:
             for lineno, text in enumerate(f, start=1):
+                if not text.isascii():
+                    try:
+                        text.encode("utf-8")
+                    except UnicodeEncodeError:  # a lone surrogate: an undecodable byte
+                        raise _not_utf8(text, path, lineno) from None
                 if text.strip():
                     yield lineno, text.strip()
     except NotRegularFile as exc:
         raise TraceError(path, None, f"{exc.strerror[0].lower()}{exc.strerror[1:]}; expected a trace file") from None
     except OSError as exc:
         raise TraceError(path, None, f"cannot read trace: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        raise TraceError(path, None, f"not UTF-8 text ({exc.reason}); expected a text trace") from None
 
 
 def json_object(text: str, path: str, line: int, expected: str) -> dict:
