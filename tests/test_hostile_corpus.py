@@ -307,6 +307,14 @@ MOONCAKE = [
     trace_case("mc-not-utf8-stream", lines(mk(), mk(), "\udcff"), BAD, at(3) + "not UTF-8 text", extra=["--stream"]),
     trace_case("mc-not-utf8-first", lines("\udcff"), BAD, at(1) + "not UTF-8 text"),
     trace_case("mc-utf8-session-ok", lines(mk(session_id="caf\u00e9")), 0),
+    trace_case("mc-duplicate-key", lines(mk(), '{"timestamp": 0, "input_length": 10, "output_length": 5, '
+                                             '"hash_ids": [1], "timestamp": 9999}'), BAD,
+               at(2) + r'key "timestamp" appears twice in one object; expected each field once'),
+    trace_case("mc-duplicate-key-first", lines('{"timestamp": 0, "input_length": 10, "input_length": 20, '
+                                               '"output_length": 5}'), BAD, at(1) + r'key "input_length" appears twice'),
+    trace_case("mc-duplicate-key-stream", lines(mk(), '{"timestamp": 5, "output_length": 1, "input_length": 1, '
+                                                    '"output_length": 2}'), BAD,
+               at(2) + r'key "output_length" appears twice', extra=["--stream"]),
 ]
 
 AGENTIC = [
@@ -332,6 +340,9 @@ AGENTIC = [
     trace_case("ag-float-id", lines(ag(1.5)), BAD, at(1) + "field 'request_id' is 1.5"),
     trace_case("ag-foreign-timestamp", lines(ag("a"), ag("b", timestamp=3)), BAD,
                at(2) + "field 'timestamp' belongs to the mooncake format"),
+    trace_case("ag-duplicate-key", lines(ag("a"), '{"request_id": "b", "input_length": 1, "max_output_tokens": 1, '
+                                                 '"wait_for": ["a"], "wait_for": []}'), BAD,
+               at(2) + r'key "wait_for" appears twice in one object'),
     trace_case("ag-delay-beyond", lines(ag("a"), ag("b", wait_for=["a"], delay_after_dependencies_ms=1e13)), BAD,
                at(2) + r"field 'delay_after_dependencies_ms' is 10000000000000\.0; expected milliseconds from 0 "
                        r"to 1e12"),
@@ -400,6 +411,9 @@ WEKA = [
                fmt="weka"),
     trace_case("wk-detected", lines(wk("s", [{"in": 100, "out": 3}])), 0),
     trace_case("wk-not-utf8", lines(wk("s", [{"in": 100, "out": 3}]), "\udcff"), BAD, at(2) + "not UTF-8 text"),
+    trace_case("wk-duplicate-key-nested", lines('{"id": "s", "block_size": 64, "requests": [{"in": 1, "out": 1, '
+                                                '"think_time": 0, "think_time": 5}]}'), BAD,
+               at(1) + r'key "think_time" appears twice in one object'),
     trace_case("wk-huge-block", lines(wk("s", [{"in": 100, "out": 3}], block_size=10 ** 12)), BAD,
                at(1) + "field 'block_size' is 1000000000000; expected an integer from 1 to 2147483648"),
     trace_case("wk-max-block", lines(wk("s", [{"in": 100, "out": 3, "hash_ids": [1]}], block_size=2 ** 31)), 0),
@@ -423,6 +437,8 @@ WEKA = [
 WEKA_REQUESTS = [
     trace_case("wr-ok", lines(wr("s"), wr("s", seq=1, t=1.0, think_time=0.5, prefix_blocks_prev=1)), 0),
     trace_case("wr-not-utf8", lines(wr("s"), "\udcff"), BAD, at(2) + "not UTF-8 text"),
+    trace_case("wr-duplicate-key", lines(wr("s"), json.dumps(wr("s", seq=1))[:-1] + ', "agent": "sub"}'), BAD,
+               at(2) + r'key "agent" appears twice in one object'),
     trace_case("wr-t-negative", lines(wr("s", t=-1)), BAD, at(1) + "field 't' is -1; expected seconds from 0 to 1e9"),
     trace_case("wr-t-beyond", lines(wr("s", t=2e9)), BAD, at(1) + "field 't' is 2000000000.0; expected seconds"),
     trace_case("wr-think-beyond", lines(wr("s", think_time=5e9)), BAD, at(1) + "field 'think_time' is 5000000000.0; "

@@ -172,3 +172,36 @@ def test_a_bad_byte_far_into_the_file_is_named_on_its_own_line(tmp_path):
     assert str(info.value) == f"{path}:500: not UTF-8 text (invalid continuation byte); expected a text trace"
     path.write_bytes((line * 499).encode())
     assert len(load_trace(TraceWorkload(path=str(path)))) == 499
+
+
+@pytest.mark.parametrize("fmt, text, key", [
+    ("mooncake", '{"timestamp": 0, "input_length": 10, "output_length": 5, "hash_ids": [1], "timestamp": 9999}',
+     "timestamp"),
+    ("agentic", '{"request_id": "a", "input_length": 10, "max_output_tokens": 5, "request_id": "b"}', "request_id"),
+    ("weka", '{"id": "s", "block_size": 64, "requests": [{"in": 10, "out": 5}], "block_size": 1}', "block_size"),
+    ("weka", '{"id": "s", "block_size": 64, "requests": [{"in": 10, "out": 5, "out": 500}]}', "out"),  # nested
+    ("weka_requests", '{"session": "s", "seq": 0, "agent": "main", "t": 0, "input_length": 10, '
+                      '"output_length": 5, "t": 7}', "t"),
+])
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_key_given_twice_in_a_json_line_is_refused(tmp_path, fmt, text, key, stream):
+    # found by a hostile tester: the mooncake line above arrived at 9999 ms (JSON's last value wins)
+    from simkit.workload import stream_trace
+
+    path = tmp_path / "t.jsonl"
+    path.write_text(FIRST_LINES[fmt] + "\n" + text + "\n")
+    spec = TraceWorkload(path=str(path), format=fmt)
+    with pytest.raises(TraceError) as info:
+        list(stream_trace(spec)) if stream else load_trace(spec)
+    assert str(info.value) == (f'{path}:2: key "{key}" appears twice in one object; expected each field once '
+                               "(JSON readers keep the last value silently)")
+    path.write_text(text + "\n")  # detected from the first line, then refused
+    with pytest.raises(TraceError, match=rf'^{path}:1: key "{key}" appears twice'):
+        load_trace(TraceWorkload(path=str(path)))
+
+
+def test_equal_keys_in_different_objects_of_a_line_are_fine(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"id": "s", "block_size": 64, "requests": [{"in": 10, "out": 5}, {"in": 20, "out": 6}]}\n')
+    reqs = load_trace(TraceWorkload(path=str(path), format="weka"))
+    assert [(r.input_length, r.output_length) for r in reqs] == [(10, 5), (20, 6)]

@@ -112,9 +112,39 @@ def read_lines(path: str):
         raise TraceError(path, None, f"cannot read trace: {exc.strerror or exc}") from None
 
 
+class _DuplicateKey(Exception):
+    """A JSON object names a key twice (raised from inside the decoder)."""
+
+
+def _unique_pairs(pairs: list) -> dict:
+    """``object_pairs_hook``: the object, unless a key repeats (the json module would keep the
+    last value silently)."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
+    return obj
+
+
+#: the decoder of trace lines: built once (json.loads with a hook builds one per call)
+_DECODER = json.JSONDecoder(object_pairs_hook=_unique_pairs)
+
+
 def json_object(text: str, path: str, line: int, expected: str) -> dict:
+    """The JSON object of one trace line.
+
+    Raises:
+        TraceError: not JSON, not an object, nested too deeply, or a key given twice in one
+            object (at any depth: the last would silently win).
+    """
     try:
-        obj: Any = json.loads(text)
+        obj: Any = _DECODER.decode(text)
+    except _DuplicateKey as exc:
+        raise TraceError(path, line, f"key {shown(exc.args[0])} appears twice in one object; expected each "
+                                     "field once (JSON readers keep the last value silently)") from None
     except json.JSONDecodeError as exc:
         raise TraceError(path, line, f"not valid JSON ({exc.msg}, column {exc.colno}); "
                          "expected one JSON object per line") from None
