@@ -8,13 +8,11 @@ records and plot helpers; ``Result.save(dir)`` writes the CLI's files and
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any, Mapping, Optional, Sequence, Union
 
-from simkit.core.files import open_regular
 from simkit.spec import ConfigError, Scenario, yaml_load
-from simkit.output.files import rows_table, write_run
+from simkit.output.files import read_request_rows, read_run_json, read_run_text, rows_table, write_run
 from simkit.cluster.plugins import policy_factory
 from simkit.core.records import RunRecords
 from simkit.output.report import render_text, request_rows, summarize
@@ -156,27 +154,14 @@ def load_result(out_dir: str, label: Optional[str] = None) -> Result:
 
     Raises:
         FileNotFoundError: the folder lacks summary.json or the request rows.
-        ValueError: summary.json is not JSON (or is nested too deeply).
+        ValueError: a file that is not UTF-8 or JSON, a corrupt requests.parquet, a malformed
+            line of requests.jsonl (each message names the file, and the line where there is one).
         simkit.ConfigError: its scenario.resolved.yaml is not a valid scenario.
     """
-    import pandas as pd
-
     from simkit import spec
 
-    path = os.path.join(out_dir, "summary.json")
-    with open_regular(path) as f:
-        try:
-            summary = json.load(f)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}: not JSON ({exc.msg}, line {exc.lineno} column {exc.colno})") from None
-        except RecursionError:
-            raise ValueError(f"{path}: JSON nested too deeply; expected a simkit summary") from None
+    summary = read_run_json(os.path.join(out_dir, "summary.json"))
     path = os.path.join(out_dir, "scenario.resolved.yaml")
-    with open_regular(path) as f:
-        scenario = spec.scenario_from_dict(yaml_load(f.read(), path), source=path, resolve=None)
-    parquet = os.path.join(out_dir, "requests.parquet")
-    rows = parquet if os.path.lexists(parquet) else os.path.join(out_dir, "requests.jsonl")
-    with open_regular(rows):  # never a FIFO or a device (a read would block)
-        pass
-    frame = pd.read_parquet(rows) if rows == parquet else pd.read_json(rows, lines=True)
+    scenario = spec.scenario_from_dict(yaml_load(read_run_text(path), path), source=path, resolve=None)
+    frame = read_request_rows(out_dir).to_pandas()
     return Result(scenario, summary, frame, None, label or os.path.basename(os.path.normpath(out_dir)))

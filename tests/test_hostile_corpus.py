@@ -137,7 +137,7 @@ SCENARIOS = [
     scenario_case("yaml-deep-nesting", "a: " + "[" * 5000 + "]" * 5000 + "\n", BAD, "nested too deeply"),
     scenario_case("yaml-control-char-key", 'pools: {aggregated: {}}\n"k\\u001b[2J": 1\n', BAD, r"k\\x1b\[2J"),
     scenario_case("yaml-not-utf8", "pools: {aggregated: {}}\n# \udcff\n", BAD,
-                  r"s\.yaml: cannot read scenario file: 'utf-8' codec can't decode"),
+                  r"s\.yaml:2: not UTF-8 text \(invalid start byte\); expected a YAML scenario"),
     # the clock's limit on every time-like field
     scenario_case("time-max-sim-time", TINY + "max_sim_time_s: 1e10\n", BAD,
                   r"'max_sim_time_s' must be at most 1e9 s .* @ \$\.max_sim_time_s"),
@@ -204,10 +204,25 @@ SCENARIOS = [
                   r"m\.json: not JSON", files={"m.json": "{"}),
     scenario_case("path-model-nested", "pools: {aggregated: {}}\nlatency: {kind: roofline, model: m.json}\n", BAD,
                   r"nested too deeply", files={"m.json": "[" * 100000 + "]" * 100000}),
+    scenario_case("path-model-not-utf8", "pools: {aggregated: {}}\nlatency: {kind: roofline, model: m.json}\n", BAD,
+                  r"m\.json:2: not UTF-8 text \(invalid start byte\); expected a model config\.json @ \$\.latency\.model",
+                  files={"m.json": "{\n\udcff}"}),
+    scenario_case("path-table-not-utf8", "pools: {aggregated: {}}\nlatency: {kind: table, path: p.csv}\n", BAD,
+                  r"p\.csv:2: not UTF-8 text \(invalid start byte\); expected a pass table CSV @ \$\.latency\.path",
+                  files={"p.csv": "prefill_tokens,decode_requests,decode_context_tokens,pass_ms\n\udcff\n"}),
     scenario_case("path-model-huge", "pools: {aggregated: {}}\nlatency: {kind: roofline, model: m.json}\n", BAD,
                   r"field hidden_size must be an integer from 1 to", files={"m.json": json.dumps(
                       {"hidden_size": 10 ** 30, "num_attention_heads": 32, "num_hidden_layers": 2,
                        "vocab_size": 100})}),
+    scenario_case("path-model-max-position-huge", "pools: {aggregated: {}}\nlatency: {kind: roofline, model: m.json}\n",
+                  BAD, r"m\.json: config\.json field max_position_embeddings must be an integer from 1 to 2147483648, "
+                  r"got 1099511627776 @ \$\.latency\.model", files={"m.json": json.dumps(
+                      {"hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 100,
+                       "max_position_embeddings": 2 ** 40})}),
+    scenario_case("path-model-moe-no-per-token", "pools: {aggregated: {}}\nlatency: {kind: roofline, model: m.json}\n",
+                  BAD, r"m\.json: config\.json gives 8 experts but 0 experts per token", files={"m.json": json.dumps(
+                      {"hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 100,
+                       "num_local_experts": 8, "num_experts_per_tok": 0})}),
     scenario_case("policy-missing-module", TINY + "router: {kind: python, path: 'nope:R'}\n", BAD,
                   r"cannot import module 'nope'"),
     scenario_case("policy-bad-path", TINY + "router: {kind: python, path: 'not a path'}\n", BAD,
@@ -288,11 +303,26 @@ MOONCAKE = [
                at(2) + "timestamp 5 is earlier than the previous line's 10", extra=["--stream"]),
     trace_case("mc-follow-up-stream", lines(mk(session_id=1), mk(session_id=1)), BAD,
                at(2) + "a request that waits for others .* cannot be streamed", extra=["--stream"]),
+    trace_case("mc-not-utf8", lines(mk(), "\udcff\udcfe"), BAD, at(2) + r"not UTF-8 text \(invalid start byte\)"),
+    trace_case("mc-not-utf8-stream", lines(mk(), mk(), "\udcff"), BAD, at(3) + "not UTF-8 text", extra=["--stream"]),
+    trace_case("mc-not-utf8-first", lines("\udcff"), BAD, at(1) + "not UTF-8 text"),
+    trace_case("mc-utf8-session-ok", lines(mk(session_id="caf\u00e9")), 0),
+    trace_case("mc-duplicate-key", lines(mk(), '{"timestamp": 0, "input_length": 10, "output_length": 5, '
+                                             '"hash_ids": [1], "timestamp": 9999}'), BAD,
+               at(2) + r'key "timestamp" appears twice in one object; expected each field once'),
+    trace_case("mc-duplicate-key-first", lines('{"timestamp": 0, "input_length": 10, "input_length": 20, '
+                                               '"output_length": 5}'), BAD, at(1) + r'key "input_length" appears twice'),
+    trace_case("mc-duplicate-key-stream", lines(mk(), '{"timestamp": 5, "output_length": 1, "input_length": 1, '
+                                                    '"output_length": 2}'), BAD,
+               at(2) + r'key "output_length" appears twice', extra=["--stream"]),
 ]
 
 AGENTIC = [
     trace_case("ag-ok", lines(ag("a", first_ready_timestamp_ms=0), ag("b", wait_for=["a"],
                                                                      delay_after_dependencies_ms=5)), 0),
+    trace_case("ag-not-utf8", lines(ag("a"), '{"request_id": "b", "input_length": 1, "max_output_tokens": 1, '
+                                             '"session_id": "caf\u00e9\udcff"}'), BAD,
+               at(2) + r"not UTF-8 text \(invalid start byte\)"),
     trace_case("ag-missing-ready-is-time-zero", lines(ag("a", first_ready_timestamp_ms=1.7e12), ag("b"),
                                                       ag("c", first_ready_timestamp_ms=1.7e12 + 100)), 0,
                check=lambda d: arrivals(d / "out") == [0.0, 0.0, 100.0]
@@ -310,6 +340,9 @@ AGENTIC = [
     trace_case("ag-float-id", lines(ag(1.5)), BAD, at(1) + "field 'request_id' is 1.5"),
     trace_case("ag-foreign-timestamp", lines(ag("a"), ag("b", timestamp=3)), BAD,
                at(2) + "field 'timestamp' belongs to the mooncake format"),
+    trace_case("ag-duplicate-key", lines(ag("a"), '{"request_id": "b", "input_length": 1, "max_output_tokens": 1, '
+                                                 '"wait_for": ["a"], "wait_for": []}'), BAD,
+               at(2) + r'key "wait_for" appears twice in one object'),
     trace_case("ag-delay-beyond", lines(ag("a"), ag("b", wait_for=["a"], delay_after_dependencies_ms=1e13)), BAD,
                at(2) + r"field 'delay_after_dependencies_ms' is 10000000000000\.0; expected milliseconds from 0 "
                        r"to 1e12"),
@@ -341,6 +374,8 @@ AZURE = [
                at(2, "t.csv") + "ContextTokens is \"-1\"", name="t.csv"),
     trace_case("az-header-only", "TIMESTAMP,ContextTokens,GeneratedTokens\n", BAD, "the trace has no requests",
                name="t.csv"),
+    trace_case("az-not-utf8", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,100,3\n\udcff,1,1\n", BAD,
+               at(3, "t.csv") + "not UTF-8 text", name="t.csv"),
     trace_case("az-time-25h", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 25:00:99,100,3\n", BAD,
                at(2, "t.csv") + "TIMESTAMP '2023-11-16 25:00:99' is not a date and time", name="t.csv"),
 ]
@@ -365,7 +400,7 @@ CSV = [
     trace_case("csv-header-explicit", "arrival,input_length,output_length\n0,1,1\n", BAD,
                at(1, "t.csv") + "CSV header is 'arrival,input_length,output_length'", fmt="csv", name="t.csv"),
     trace_case("csv-not-utf8", "arrival_ms,input_length,output_length\n0,1,1\n\udcff\n", BAD,
-               r"t\.csv: not UTF-8 text", name="t.csv"),
+               at(3, "t.csv") + r"not UTF-8 text \(invalid start byte\)", name="t.csv"),
     trace_case("csv-speedup", "arrival_ms,input_length,output_length\n0,1,1\n1000,1,1\n", 0, name="t.csv",
                extra=["--set", "workload.arrival_speedup_ratio=4"],
                check=lambda d: arrivals(d / "out") == [0.0, 250.0]),
@@ -375,6 +410,10 @@ WEKA = [
     trace_case("wk-ok", lines(wk("s", [{"in": 100, "out": 3}, {"in": 200, "out": 3, "think_time": 0.5}])), 0,
                fmt="weka"),
     trace_case("wk-detected", lines(wk("s", [{"in": 100, "out": 3}])), 0),
+    trace_case("wk-not-utf8", lines(wk("s", [{"in": 100, "out": 3}]), "\udcff"), BAD, at(2) + "not UTF-8 text"),
+    trace_case("wk-duplicate-key-nested", lines('{"id": "s", "block_size": 64, "requests": [{"in": 1, "out": 1, '
+                                                '"think_time": 0, "think_time": 5}]}'), BAD,
+               at(1) + r'key "think_time" appears twice in one object'),
     trace_case("wk-huge-block", lines(wk("s", [{"in": 100, "out": 3}], block_size=10 ** 12)), BAD,
                at(1) + "field 'block_size' is 1000000000000; expected an integer from 1 to 2147483648"),
     trace_case("wk-max-block", lines(wk("s", [{"in": 100, "out": 3, "hash_ids": [1]}], block_size=2 ** 31)), 0),
@@ -397,6 +436,9 @@ WEKA = [
 
 WEKA_REQUESTS = [
     trace_case("wr-ok", lines(wr("s"), wr("s", seq=1, t=1.0, think_time=0.5, prefix_blocks_prev=1)), 0),
+    trace_case("wr-not-utf8", lines(wr("s"), "\udcff"), BAD, at(2) + "not UTF-8 text"),
+    trace_case("wr-duplicate-key", lines(wr("s"), json.dumps(wr("s", seq=1))[:-1] + ', "agent": "sub"}'), BAD,
+               at(2) + r'key "agent" appears twice in one object'),
     trace_case("wr-t-negative", lines(wr("s", t=-1)), BAD, at(1) + "field 't' is -1; expected seconds from 0 to 1e9"),
     trace_case("wr-t-beyond", lines(wr("s", t=2e9)), BAD, at(1) + "field 't' is 2000000000.0; expected seconds"),
     trace_case("wr-think-beyond", lines(wr("s", think_time=5e9)), BAD, at(1) + "field 'think_time' is 5000000000.0; "
@@ -543,6 +585,14 @@ def _run_folder(d: Path, name: str = "r", **summary_changes) -> Path:
 _BASE_RUN: Path = Path()  # set by the fixture below
 
 
+def _jsonl_only(d: Path, tail: str) -> None:
+    """A run folder without requests.parquet whose requests.jsonl ends with ``tail``."""
+    folder = _run_folder(d)
+    (folder / "requests.parquet").unlink()
+    with open(folder / "requests.jsonl", "ab") as f:
+        f.write(tail.encode("utf-8", "surrogateescape"))
+
+
 def compare_case(id, code, err=None, prepare=None, extra=(), out=None, runs=("{in}/r",)) -> Case:
     return C(id, ["compare", *runs, *extra], code, err, files={"_prepare": prepare or (lambda d: _run_folder(d))},
              out=out)
@@ -572,7 +622,21 @@ COMPARE = [
     compare_case("cmp-rows-missing", BAD, r"cannot read the run: .*requests\.jsonl",
                  prepare=lambda d: (lambda f: [(f / n).unlink() for n in ("requests.parquet", "requests.jsonl")])(
                      _run_folder(d))),
-    compare_case("cmp-parquet-corrupt", BAD, r"cannot read the run",
+    compare_case("cmp-jsonl-only", 0, out=r"completed / total\s+4/4",
+                 prepare=lambda d: (_run_folder(d) / "requests.parquet").unlink()),
+    compare_case("cmp-jsonl-garbage-line", BAD, r"cannot read the run: {in}/r/requests\.jsonl:5: not a JSON object "
+                 r"\(Expecting value, column 1\)", prepare=lambda d: _jsonl_only(d, "garbage\n")),
+    compare_case("cmp-jsonl-array-line", BAD, r"{in}/r/requests\.jsonl:5: found a JSON array",
+                 prepare=lambda d: _jsonl_only(d, "[1]\n")),
+    compare_case("cmp-jsonl-other-fields", BAD, r"{in}/r/requests\.jsonl:5: lacks field 'arrival_ms', unlike line 1",
+                 prepare=lambda d: _jsonl_only(d, '{"id": 4}\n')),
+    compare_case("cmp-jsonl-not-utf8", BAD, r"{in}/r/requests\.jsonl:5: not UTF-8 text \(invalid start byte\)",
+                 prepare=lambda d: _jsonl_only(d, "\udcff\n")),
+    compare_case("cmp-summary-not-utf8", BAD, r"{in}/r/summary\.json:1: not UTF-8 text",
+                 prepare=lambda d: (_run_folder(d) / "summary.json").write_bytes(b"\xff{}")),
+    compare_case("cmp-yaml-not-utf8", BAD, r"{in}/r/scenario\.resolved\.yaml:2: not UTF-8 text",
+                 prepare=lambda d: (_run_folder(d) / "scenario.resolved.yaml").write_bytes(b"name: x\n\xfe\n")),
+    compare_case("cmp-parquet-corrupt", BAD, r"cannot read the run: {in}/r/requests\.parquet: not a Parquet table",
                  prepare=lambda d: (_run_folder(d) / "requests.parquet").write_text("not parquet")),
     compare_case("cmp-plot-extension", BAD, r"--plot writes \.png, \.pdf or \.svg", extra=["--plot", "{tmp}/x.txt"]),
     compare_case("cmp-plot-exists", BAD, r"exists; choose another --plot or add --force",
@@ -592,6 +656,8 @@ COMPARE = [
 # ============================================================ step
 
 STEP_M = ["step", "--model", "{in}/m.json", "--gpu", "H100", "--prefill-tokens", "10"]
+#: a tiny valid config.json, for the step cases to break one field of
+TOY_CONFIG = {"hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 100}
 STEP = [
     C("step-ok", "step --model Llama-3.1-8B --gpu H100 --prefill-tokens 100", 0, out=r"pass"),
     C("step-unknown-model", "step --model Nope --gpu H100 --prefill-tokens 10", BAD, r"unknown model 'Nope'"),
@@ -613,6 +679,40 @@ STEP = [
     C("step-layer-types", STEP_M, BAD, r"layer_types must be a list",
       files={"m.json": json.dumps({"hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2,
                                    "vocab_size": 100, "layer_types": 5})}),
+    # a config.json field that would silently price a wrong pass (each names the file and the field)
+    *[C(f"step-config-{id}", STEP_M, BAD, r"^simkit step: {in}/m\.json: config\.json .*" + err,
+        files={"m.json": json.dumps(dict(TOY_CONFIG, **change))}) for id, change, err in [
+        ("moe-zero-per-token", {"num_local_experts": 8, "num_experts_per_tok": 0},
+         r"gives 8 experts but 0 experts per token \(num_experts_per_tok\)"),
+        ("moe-no-per-token", {"num_local_experts": 8}, r"gives 8 experts but 0 experts per token"),
+        ("moe-zero-width", {"num_local_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 0},
+         r"moe_intermediate_size 0; expected each expert's MLP width"),
+        ("kv-heads-above-heads", {"num_key_value_heads": 8},
+         r"field num_key_value_heads is 8, which does not divide the 4 attention heads"),
+        ("kv-heads-not-dividing", {"num_key_value_heads": 3}, r"field num_key_value_heads is 3, which does not divide"),
+        ("mlp-only-outside", {"mlp_only_layers": [1000, -1]},
+         r"field mlp_only_layers names layer 1000; expected layer indices from 0 to 1"),
+        ("mlp-only-repeated", {"mlp_only_layers": [0] * 500}, r"field mlp_only_layers names layer 0 more than once"),
+        ("mlp-only-bool", {"mlp_only_layers": [True]}, r"field mlp_only_layers must be a list of layer indices"),
+        ("sparse-step-zero", {"decoder_sparse_step": 0}, r"field decoder_sparse_step must be an integer from 1"),
+        ("sparse-step-float", {"decoder_sparse_step": 1.5}, r"field decoder_sparse_step must be an integer"),
+        ("moe-freq-negative", {"moe_layer_freq": -1}, r"field moe_layer_freq must be an integer from 1"),
+        ("max-position-zero", {"max_position_embeddings": 0},
+         r"field max_position_embeddings must be an integer from 1 to 2147483648, got 0"),
+        ("moe-no-width", {"num_local_experts": 8, "num_experts_per_tok": 2},
+         r"gives 8 experts but no moe_intermediate_size \(nor intermediate_size\)"),
+        ("first-dense-beyond", {"num_local_experts": 8, "num_experts_per_tok": 2, "intermediate_size": 128,
+                                "first_k_dense_replace": 3},
+         r"field first_k_dense_replace is 3, more than the 2 layers"),
+        ("layer-types-count", {"layer_types": ["full_attention"]}, r"field layer_types names 1 layers; expected"),
+        ("sliding-no-window", {"layer_types": ["sliding_attention"] * 2, "sliding_window": 0},
+         r"2 sliding_attention layers \(layer_types\) but sliding_window is 0"),
+        ("tie-not-bool", {"tie_word_embeddings": "yes"}, r"field tie_word_embeddings must be true or false"),
+        ("heads-not-dividing-hidden", {"num_attention_heads": 3},
+         r"no head_dim and its 3 attention heads \(num_attention_heads\) do not divide hidden_size 64"),
+        ("mla-no-v-head-dim", {"kv_lora_rank": 16, "qk_rope_head_dim": 8, "qk_nope_head_dim": 8},
+         r"kv_lora_rank 16 \(MLA attention\) but field v_head_dim is None"),
+    ]],
 ]
 
 # ============================================================ the third hostile walk (draft models, router aliases,

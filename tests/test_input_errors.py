@@ -140,7 +140,8 @@ def test_a_config_json_with_a_bad_size_is_one_error(tmp_path, capsys, field, val
     path = tmp_path / "config.json"
     path.write_text(json.dumps(cfg))
     assert main(["step", "--model", str(path), "--gpu", "H100", "--prefill-tokens", "10"]) == 2
-    assert one_error(capsys) == f"simkit step: config.json: config.json field {field} must be an integer from 1 to 1099511627776, got {shown}"
+    assert one_error(capsys) == (f"simkit step: {path}: config.json field {field} must be an integer from 1 to "
+                                 f"1099511627776, got {shown}")
 
 
 @pytest.mark.parametrize("text, message", [

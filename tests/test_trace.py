@@ -131,3 +131,77 @@ def test_synthetic_sessions_chain_turns_with_think_time_and_growing_prompts():
     assert second.delay_s > 0 and second.input_length == 200
     # the history's 6 full 16-token blocks keep their identity in the next turn
     assert second.hash_ids[:6] == first.hash_ids[:6] and second.hash_ids[6] != first.hash_ids[6]
+
+
+#: one valid first line per trace format, then a line that is not UTF-8
+FIRST_LINES = {
+    "mooncake": '{"timestamp": 0, "input_length": 10, "output_length": 5, "hash_ids": [1]}',
+    "agentic": '{"request_id": "a", "input_length": 10, "max_output_tokens": 5}',
+    "weka": '{"id": "s", "block_size": 64, "requests": [{"in": 10, "out": 5}]}',
+    "weka_requests": '{"session": "s", "seq": 0, "agent": "main", "t": 0, "input_length": 10, "output_length": 5, '
+                     '"prefix_blocks_prev": 0}',
+    "csv": "arrival_ms,input_length,output_length\n0,10,5",
+    "azure": "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.1,10,5",
+}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("fmt", [*FIRST_LINES, "auto"])
+def test_a_line_that_is_not_utf8_is_named_in_every_format(tmp_path, fmt, stream):
+    # found by a hostile tester: "not UTF-8 text (invalid start byte)" named no line (the strict
+    # decoder fails on a whole buffered chunk)
+    from simkit.workload import stream_trace
+
+    first = FIRST_LINES["mooncake" if fmt == "auto" else fmt]
+    n = first.count("\n") + 2
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(first.encode() + b"\n\xff\xfe\n")
+    spec = TraceWorkload(path=str(path), format=fmt)
+    with pytest.raises(TraceError) as info:
+        list(stream_trace(spec)) if stream else load_trace(spec)
+    assert str(info.value) == f"{path}:{n}: not UTF-8 text (invalid start byte); expected a text trace"
+
+
+def test_a_bad_byte_far_into_the_file_is_named_on_its_own_line(tmp_path):
+    line = '{"timestamp": 0, "input_length": 10, "output_length": 5, "session_id": "caf\u00e9"}\n'
+    body = (line * 499).encode() + b'{"timestamp": 0, "input_length": 10, "output_length": 5, "session_id": "\xc3"}\n'
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(body)  # 40 KB: several of the decoder's chunks; UTF-8 text (é) before it is fine
+    with pytest.raises(TraceError) as info:
+        load_trace(TraceWorkload(path=str(path)))
+    assert str(info.value) == f"{path}:500: not UTF-8 text (invalid continuation byte); expected a text trace"
+    path.write_bytes((line * 499).encode())
+    assert len(load_trace(TraceWorkload(path=str(path)))) == 499
+
+
+@pytest.mark.parametrize("fmt, text, key", [
+    ("mooncake", '{"timestamp": 0, "input_length": 10, "output_length": 5, "hash_ids": [1], "timestamp": 9999}',
+     "timestamp"),
+    ("agentic", '{"request_id": "a", "input_length": 10, "max_output_tokens": 5, "request_id": "b"}', "request_id"),
+    ("weka", '{"id": "s", "block_size": 64, "requests": [{"in": 10, "out": 5}], "block_size": 1}', "block_size"),
+    ("weka", '{"id": "s", "block_size": 64, "requests": [{"in": 10, "out": 5, "out": 500}]}', "out"),  # nested
+    ("weka_requests", '{"session": "s", "seq": 0, "agent": "main", "t": 0, "input_length": 10, '
+                      '"output_length": 5, "t": 7}', "t"),
+])
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_key_given_twice_in_a_json_line_is_refused(tmp_path, fmt, text, key, stream):
+    # found by a hostile tester: the mooncake line above arrived at 9999 ms (JSON's last value wins)
+    from simkit.workload import stream_trace
+
+    path = tmp_path / "t.jsonl"
+    path.write_text(FIRST_LINES[fmt] + "\n" + text + "\n")
+    spec = TraceWorkload(path=str(path), format=fmt)
+    with pytest.raises(TraceError) as info:
+        list(stream_trace(spec)) if stream else load_trace(spec)
+    assert str(info.value) == (f'{path}:2: key "{key}" appears twice in one object; expected each field once '
+                               "(JSON readers keep the last value silently)")
+    path.write_text(text + "\n")  # detected from the first line, then refused
+    with pytest.raises(TraceError, match=rf'^{path}:1: key "{key}" appears twice'):
+        load_trace(TraceWorkload(path=str(path)))
+
+
+def test_equal_keys_in_different_objects_of_a_line_are_fine(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"id": "s", "block_size": 64, "requests": [{"in": 10, "out": 5}, {"in": 20, "out": 6}]}\n')
+    reqs = load_trace(TraceWorkload(path=str(path), format="weka"))
+    assert [(r.input_length, r.output_length) for r in reqs] == [(10, 5), (20, 6)]

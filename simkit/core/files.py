@@ -13,7 +13,7 @@ import os
 import stat
 from typing import IO, Optional
 
-__all__ = ["NotRegularFile", "open_regular", "sha256_file"]
+__all__ = ["NotRegularFile", "NotUtf8", "open_regular", "read_text", "sha256_file"]
 
 
 class NotRegularFile(OSError):
@@ -30,8 +30,10 @@ def _kind(mode: int) -> str:
     return "Is not a regular file (a device or a socket)"
 
 
-def open_regular(path: str, encoding: str = "utf-8", newline: Optional[str] = None) -> IO[str]:
-    """``path`` opened for reading as text, only if it is a regular file.
+def open_regular(path: str, encoding: str = "utf-8", newline: Optional[str] = None,
+                 errors: Optional[str] = None) -> IO[str]:
+    """``path`` opened for reading as text (``errors``: the decoding error handler, strict by
+    default), only if it is a regular file.
 
     The file is opened without blocking (a FIFO with no writer would otherwise block the
     open for ever) and checked on the open descriptor, so it cannot be swapped in between.
@@ -51,7 +53,33 @@ def open_regular(path: str, encoding: str = "utf-8", newline: Optional[str] = No
     except BaseException:
         os.close(fd)
         raise
-    return io.TextIOWrapper(raw, encoding=encoding, newline=newline)
+    return io.TextIOWrapper(raw, encoding=encoding, errors=errors, newline=newline)
+
+
+class NotUtf8(ValueError):
+    """A file holds bytes that UTF-8 does not decode. ``str(error)``: ``PATH:LINE: not UTF-8
+    text (reason)``, the line counted from 1 (a caller adds what it expected)."""
+
+    def __init__(self, path: str, line: int, reason: str) -> None:
+        super().__init__(f"{path}:{line}: not UTF-8 text ({reason})")
+        self.path, self.line, self.reason = path, line, reason
+
+
+def read_text(path: str, encoding: str = "utf-8") -> str:
+    """The whole text of the regular file ``path`` (:func:`open_regular`), decoded as
+    ``encoding`` (``utf-8``, or ``utf-8-sig`` to drop a BOM).
+
+    Raises:
+        NotRegularFile: a folder, FIFO, socket or device.
+        OSError: the file cannot be opened or read.
+        NotUtf8: bytes that do not decode, with the line they are on.
+    """
+    with open_regular(path) as f:
+        data = f.buffer.read()
+    try:
+        return data.decode(encoding)
+    except UnicodeDecodeError as exc:
+        raise NotUtf8(path, data.count(b"\n", 0, exc.start) + 1, exc.reason) from None
 
 
 #: (real path, size, mtime_ns, inode) -> SHA-256, so that the points of a sweep or the calls of

@@ -7,7 +7,8 @@
 GB200, B300, L40S) with dense tensor-core TFLOPS per precision, HBM bandwidth and capacity and
 interconnect figures from aiconfigurator-core's ``systems/*.yaml`` (Apache-2.0).
 ``load_calibration(gpu)`` returns the fitted efficiencies and overheads of
-``simkit/engine/data/calibration.json`` (``benchmarks/calibrate_roofline.py``).
+``simkit/engine/data/calibration.json`` (``benchmarks/calibrate_roofline.py``). A measured
+per-pass table (the ``table`` latency model) is read by :mod:`simkit.engine.pass_table`.
 
 Parameter and KV sizes follow the architectures' definitions: grouped-query attention
 (Llama, Qwen), gated (SwiGLU) MLPs of three ``hidden x intermediate`` matrices, mixture of
@@ -28,11 +29,11 @@ from importlib import resources
 from typing import Optional
 from attrs import frozen
 
-from simkit.core.files import open_regular
+from simkit.core.files import NotUtf8, read_text
 
 __all__ = ["ModelArch", "GpuSpec", "Calibration", "PRECISION_BYTES", "HardwareError",
            "load_model", "load_gpu", "load_calibration", "model_names", "gpu_names",
-           "weights_bytes", "arch_from_config", "kv_shard_fraction", "kv_capacity_blocks", "PassTable", "load_pass_table",
+           "weights_bytes", "arch_from_config", "moe_layer_count", "kv_shard_fraction", "kv_capacity_blocks",
            "AIC_MODEL_PATHS", "aic_model_path", "aic_system"]
 
 #: bytes per weight or KV value. fp4 is NVFP4: 4 bits plus one fp8 scale per 16 values
@@ -64,7 +65,8 @@ class ModelArch:
     """A decoder-only transformer's shape, as its config.json gives it.
 
     Counts are per model (all layers, all heads); :meth:`params` gives parameter counts.
-    ``num_experts == 0`` means dense; ``kv_lora_rank > 0`` means MLA attention.
+    ``num_experts == 0`` (or every layer in ``num_dense_layers``) means dense;
+    ``kv_lora_rank > 0`` means MLA attention.
     """
 
     name: str
@@ -82,7 +84,8 @@ class ModelArch:
     num_shared_experts: int = 0
     #: the longest sequence (prompt + output tokens) the model supports; 0: not given
     max_position_embeddings: int = 0
-    num_dense_layers: int = 0  #: leading layers with a dense MLP in a MoE model
+    #: layers with a dense MLP in a MoE model (:func:`moe_layer_count` gives the others)
+    num_dense_layers: int = 0
     q_lora_rank: int = 0  #: MLA; 0 = full-rank query projection
     kv_lora_rank: int = 0  #: MLA latent KV width; 0 = not MLA
     qk_rope_head_dim: int = 0
@@ -93,7 +96,9 @@ class ModelArch:
 
     @property
     def is_moe(self) -> bool:
-        return self.num_experts > 0
+        """Whether some layer routes to experts (a config with experts may still give every
+        layer a dense MLP: ``decoder_sparse_step`` beyond the layers, say)."""
+        return self.num_experts > 0 and self.num_dense_layers < self.num_layers
 
     @property
     def is_mla(self) -> bool:
@@ -160,69 +165,184 @@ def _get(cfg: dict, *keys: str, default=None):
     return default
 
 
-def arch_from_config(cfg: dict, name: str) -> ModelArch:
-    """A :class:`ModelArch` from a parsed config.json.
+#: the largest size or count a config.json field may give: beyond it the roofline's float
+#: arithmetic overflows
+MAX_CONFIG_INT = 1 << 40
+#: the most tokens ``max_position_embeddings`` may give: a pool's ``max_model_len``, which it
+#: defaults, is at most 2^31 tokens (``_tokens`` in :mod:`simkit.spec.base`)
+MAX_POSITION_EMBEDDINGS = 1 << 31
+#: config.json fields that are sizes: at least 1 when given
+_SIZES = ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size", "num_key_value_heads",
+          "head_dim", "intermediate_size", "max_position_embeddings", "decoder_sparse_step", "moe_layer_freq")
+#: config.json fields that are counts: at least 0 when given (each is checked against the
+#: others below where a value is meaningful only in a range: experts per token, dense layers...)
+_COUNTS = ("num_experts", "n_routed_experts", "num_local_experts", "num_experts_per_tok", "experts_per_token",
+           "moe_intermediate_size", "n_shared_experts", "first_k_dense_replace", "q_lora_rank", "kv_lora_rank",
+           "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "sliding_window")
+
+
+def _config_int(cfg: dict, key: str, least: int, most: int, where: str) -> None:
+    """Refuse ``cfg[key]`` (when given, not null) unless it is an integer (not a bool, not a
+    float) from ``least`` to ``most``."""
+    value = cfg.get(key)
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or not least <= value <= most):
+        raise HardwareError(f"{where}: config.json field {key} must be an integer from {least} to {most}, "
+                            f"got {repr(value)[:40]}")
+
+
+def _layer_list(cfg: dict, key: str, layers: int, where: str) -> list:
+    """``cfg[key]`` (null or absent: empty), a list of distinct layer indices in ``[0, layers)``."""
+    value = cfg.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in value):
+        raise HardwareError(f"{where}: config.json field {key} must be a list of layer indices (integers), "
+                            f"got {repr(value)[:40]}")
+    outside = [i for i in value if not 0 <= i < layers]
+    if outside:
+        raise HardwareError(f"{where}: config.json field {key} names layer {outside[0]}; expected layer "
+                            f"indices from 0 to {layers - 1} (num_hidden_layers {layers})")
+    seen: set = set()
+    for i in value:
+        if i in seen:
+            raise HardwareError(f"{where}: config.json field {key} names layer {i} more than once; "
+                                "expected distinct layer indices")
+        seen.add(i)
+    return value
+
+
+def moe_layer_count(layers: int, first_dense: int = 0, sparse_step: int = 1, freq: int = 1,
+                    mlp_only: tuple = ()) -> int:
+    """How many of ``layers`` decoder layers have a mixture-of-experts MLP (the others, a dense
+    one), by the rules of the architectures' modeling code, which a config.json combines:
+
+    - Qwen2-MoE / Qwen3-MoE (Hugging Face transformers ``modeling_qwen3_moe.py``,
+      ``Qwen3MoeDecoderLayer``): layer ``i`` is MoE iff ``i not in mlp_only_layers`` and
+      ``num_experts > 0`` and ``(i + 1) % decoder_sparse_step == 0``;
+    - DeepSeek-V2/V3 (``modeling_deepseek.py``, vLLM ``deepseek_v2.py``): iff
+      ``i >= first_k_dense_replace`` and ``i % moe_layer_freq == 0``.
+
+    Counted without a loop over the layers (a config may give up to 2^40 of them): the
+    layers ``i`` in ``[first_dense, layers)`` that pass the step rules, less the
+    ``mlp_only`` ones among them (distinct indices). At most one of ``sparse_step`` and
+    ``freq`` may exceed 1 (no architecture has both; :func:`arch_from_config` refuses it).
+    """
+    if sparse_step > 1 and freq > 1:
+        raise ValueError("decoder_sparse_step and moe_layer_freq cannot both exceed 1")
+    if freq == 1:  # i + 1 in [first_dense + 1, layers] divisible by sparse_step
+        count = layers // sparse_step - first_dense // sparse_step
+    else:  # i in [first_dense, layers) divisible by freq
+        count = -(-layers // freq) - -(-first_dense // freq)
+    return count - sum(1 for i in mlp_only if i >= first_dense and (i + 1) % sparse_step == 0 and i % freq == 0)
+
+
+def arch_from_config(cfg: dict, name: str, source: Optional[str] = None) -> ModelArch:
+    """A :class:`ModelArch` from a parsed config.json, every field it reads checked.
+
+    ``source``: the file as the user named it, for messages (default ``name``). Sizes
+    (layers, hidden size, heads, KV heads, head dim, MLP width, vocabulary,
+    ``max_position_embeddings``, ``decoder_sparse_step``, ``moe_layer_freq``) are integers
+    from 1 to 2^40 (``max_position_embeddings`` to 2^31, a pool's longest ``max_model_len``)
+    and counts (experts, MLA ranks, ``sliding_window``...) from 0; the KV heads
+    divide the attention heads (grouped-query or multi-query attention); without
+    ``head_dim`` the heads divide ``hidden_size`` (the head dim is their quotient); a MoE
+    model (experts > 0) routes each token to 1 to ``num_experts`` experts of width
+    ``moe_intermediate_size`` >= 1 and keeps ``first_k_dense_replace`` within the layers;
+    ``mlp_only_layers`` are distinct layer indices; an MLA model (``kv_lora_rank`` > 0) gives
+    its head dims (``qk_rope_head_dim``, ``qk_nope_head_dim``, ``v_head_dim``) >= 1;
+    ``layer_types`` names every layer and, with sliding layers, ``sliding_window`` >= 1.
 
     Raises:
-        HardwareError: a required field is missing (names the field).
+        HardwareError: a required field is missing, or a field is out of the ranges above
+            (one line naming ``source`` and the field).
     """
+    where = source or name
     if isinstance(cfg.get("text_config"), dict):  # multimodal wrappers keep the LM here
         cfg = {**cfg, **cfg["text_config"]}
     required = ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size")
     missing = [k for k in required if cfg.get(k) is None]
     if missing:
-        raise HardwareError(f"{name}: config.json lacks {', '.join(missing)}")
-    sizes = required + ("num_key_value_heads", "head_dim", "intermediate_size")
-    counts = ("num_experts", "n_routed_experts", "num_local_experts", "num_experts_per_tok",
-              "experts_per_token", "moe_intermediate_size", "n_shared_experts", "first_k_dense_replace",
-              "max_position_embeddings", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim",
-              "qk_nope_head_dim", "v_head_dim", "sliding_window")
-    for key in sizes + counts:
-        value = cfg.get(key)
-        if value is None:
-            continue
-        least = 1 if key in sizes else 0
-        # at most 2^40: beyond it the roofline's float arithmetic overflows
-        if not isinstance(value, int) or isinstance(value, bool) or not least <= value <= 1 << 40:
-            raise HardwareError(f"{name}: config.json field {key} must be an integer from {least} to {1 << 40}, "
-                                f"got {repr(value)[:40]}")
+        raise HardwareError(f"{where}: config.json lacks {', '.join(missing)}")
+    for key in _SIZES + _COUNTS:
+        most = MAX_POSITION_EMBEDDINGS if key == "max_position_embeddings" else MAX_CONFIG_INT
+        _config_int(cfg, key, 1 if key in _SIZES else 0, most, where)
+    if not isinstance(cfg.get("tie_word_embeddings", False), (bool, type(None))):
+        raise HardwareError(f"{where}: config.json field tie_word_embeddings must be true or false, "
+                            f"got {repr(cfg['tie_word_embeddings'])[:40]}")
     h, nh = cfg["hidden_size"], cfg["num_attention_heads"]
     layers = cfg["num_hidden_layers"]
+    kv_heads = _get(cfg, "num_key_value_heads", default=nh)
+    if nh % kv_heads:  # grouped-query attention: each KV head serves heads / kv_heads query heads
+        raise HardwareError(f"{where}: config.json field num_key_value_heads is {kv_heads}, which does not divide "
+                            f"the {nh} attention heads (num_attention_heads); expected a divisor of {nh}")
+    mla = bool(_get(cfg, "kv_lora_rank", default=0))
+    if cfg.get("head_dim") is None and not mla and h % nh:
+        raise HardwareError(f"{where}: config.json has no head_dim and its {nh} attention heads "
+                            f"(num_attention_heads) do not divide hidden_size {h}; give head_dim")
+    if mla:
+        for key in ("qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"):
+            if not cfg.get(key):
+                raise HardwareError(f"{where}: config.json has kv_lora_rank {cfg['kv_lora_rank']} (MLA attention) "
+                                    f"but field {key} is {cfg.get(key)!r}; expected an integer >= 1")
     experts = _get(cfg, "num_experts", "n_routed_experts", "num_local_experts", default=0) or 0
     per_token = _get(cfg, "num_experts_per_tok", "experts_per_token", default=0) if experts else 0
+    if experts and per_token < 1:
+        raise HardwareError(f"{where}: config.json gives {experts} experts but {per_token} experts per token "
+                            f"(num_experts_per_tok); a MoE model routes each token to 1 to {experts} experts")
     if per_token > experts:
-        raise HardwareError(f"{name}: config.json gives {per_token} experts per token (num_experts_per_tok) but "
+        raise HardwareError(f"{where}: config.json gives {per_token} experts per token (num_experts_per_tok) but "
                             f"only {experts} experts")
+    moe_width = _get(cfg, "moe_intermediate_size", "intermediate_size", default=0) if experts else 0
+    if experts and moe_width < 1:
+        given = cfg.get("moe_intermediate_size")
+        what = (f"moe_intermediate_size {given}" if given is not None
+                else "no moe_intermediate_size (nor intermediate_size)")
+        raise HardwareError(f"{where}: config.json gives {experts} experts but {what}; expected each expert's "
+                            "MLP width, an integer >= 1")
+    first_dense = _get(cfg, "first_k_dense_replace", default=0) if experts else 0
+    if first_dense > layers:
+        raise HardwareError(f"{where}: config.json field first_k_dense_replace is {first_dense}, more than the "
+                            f"{layers} layers (num_hidden_layers); expected 0 to {layers}")
+    mlp_only = _layer_list(cfg, "mlp_only_layers", layers, where)
+    step, freq = _get(cfg, "decoder_sparse_step", default=1), _get(cfg, "moe_layer_freq", default=1)
+    if step > 1 and freq > 1:
+        raise HardwareError(f"{where}: config.json gives both decoder_sparse_step {step} (Qwen's MoE layer "
+                            f"spacing) and moe_layer_freq {freq} (DeepSeek's); expected one of them")
     layer_types = cfg.get("layer_types") or []
-    if not isinstance(layer_types, list):
-        raise HardwareError(f"{name}: config.json field layer_types must be a list, got {repr(layer_types)[:40]}")
-    dense = 0
-    if experts:
-        dense = _get(cfg, "first_k_dense_replace", default=0)
-        dense += len(cfg.get("mlp_only_layers") or [])
+    if not isinstance(layer_types, list) or not all(isinstance(t, str) for t in layer_types):
+        raise HardwareError(f"{where}: config.json field layer_types must be a list of strings, "
+                            f"got {repr(layer_types)[:40]}")
+    if layer_types and len(layer_types) != layers:
+        raise HardwareError(f"{where}: config.json field layer_types names {len(layer_types)} layers; expected "
+                            f"one type per layer, {layers} (num_hidden_layers)")
+    sliding = sum(t == "sliding_attention" for t in layer_types)
+    if sliding and not cfg.get("sliding_window"):
+        raise HardwareError(f"{where}: config.json has {sliding} sliding_attention layers (layer_types) but "
+                            f"sliding_window is {cfg.get('sliding_window')!r}; expected the window in tokens, >= 1")
+    moe = moe_layer_count(layers, first_dense, step, freq, tuple(mlp_only)) if experts else 0
     return ModelArch(
         name=name,
         num_layers=layers,
         hidden_size=h,
         num_heads=nh,
-        num_kv_heads=_get(cfg, "num_key_value_heads", default=nh),
+        num_kv_heads=kv_heads,
         head_dim=_get(cfg, "head_dim", default=h // nh),
         intermediate_size=_get(cfg, "intermediate_size", default=4 * h),
         vocab_size=cfg["vocab_size"],
         tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
         num_experts=experts,
         experts_per_token=per_token,
-        moe_intermediate_size=_get(cfg, "moe_intermediate_size", "intermediate_size", default=0) if experts else 0,
+        moe_intermediate_size=moe_width,
         num_shared_experts=_get(cfg, "n_shared_experts", default=0) if experts else 0,
-        max_position_embeddings=_get(cfg, "max_position_embeddings", default=0) or 0,
-        num_dense_layers=dense,
+        max_position_embeddings=_get(cfg, "max_position_embeddings", default=0),
+        num_dense_layers=layers - moe if experts else 0,
         q_lora_rank=_get(cfg, "q_lora_rank", default=0),
         kv_lora_rank=_get(cfg, "kv_lora_rank", default=0),
         qk_rope_head_dim=_get(cfg, "qk_rope_head_dim", default=0),
         qk_nope_head_dim=_get(cfg, "qk_nope_head_dim", default=0),
         v_head_dim=_get(cfg, "v_head_dim", default=0),
         sliding_window=_get(cfg, "sliding_window", default=0) if layer_types else 0,
-        num_sliding_layers=sum(t == "sliding_attention" for t in layer_types),
+        num_sliding_layers=sliding,
     )
 
 
@@ -254,11 +374,11 @@ def _load_model(name_or_path: str, _stamp) -> ModelArch:
     elif name_or_path.endswith(".json") or "/" in name_or_path or os.sep in name_or_path:
         name = os.path.basename(name_or_path)
         try:
-            with open_regular(name_or_path) as f:
-                text = f.read()
-        except (OSError, UnicodeDecodeError) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            raise HardwareError(f"cannot read model config {name_or_path}: {reason}") from None
+            text = read_text(name_or_path)
+        except NotUtf8 as exc:
+            raise HardwareError(f"{exc}; expected a model config.json") from None
+        except OSError as exc:
+            raise HardwareError(f"cannot read model config {name_or_path}: {exc.strerror or exc}") from None
     else:
         raise HardwareError(f"unknown model {name_or_path!r} (expected one of: "
                             f"{', '.join(model_names())}, or a path to a config.json)")
@@ -270,7 +390,7 @@ def _load_model(name_or_path: str, _stamp) -> ModelArch:
         raise HardwareError(f"{name_or_path}: JSON nested too deeply; expected a model config.json") from None
     if not isinstance(cfg, dict):
         raise HardwareError(f"{name_or_path}: expected a JSON object")
-    return arch_from_config(cfg, name)
+    return arch_from_config(cfg, name, name_or_path)
 
 
 @frozen
@@ -453,76 +573,6 @@ def kv_capacity_blocks(spec, block_size: int) -> int:
             f"{max(free, 0) / 1e9:.1f} GB of {gpu.memory_bytes * spec.gpu_memory_utilization / 1e9:.1f} GB "
             f"usable, less than one KV block; raise tensor_parallel_size or lower the precision")
     return blocks
-
-
-@frozen
-class PassTable:
-    """A measured per-pass latency table (``TableLatency``), split for interpolation.
-
-    ``prefill_tokens``/``prefill_ms``: the prefill-only rows, sorted; ``decode_requests`` x
-    ``decode_context_per_request`` grid (sorted axes) with ``decode_ms[i][j]``.
-    """
-
-    prefill_tokens: tuple
-    prefill_ms: tuple
-    decode_requests: tuple
-    decode_context_per_request: tuple
-    decode_ms: tuple
-
-
-def load_pass_table(path: str) -> PassTable:
-    """Read a per-pass CSV with header ``prefill_tokens,decode_requests,decode_context_tokens,pass_ms``.
-
-    Rows with ``decode_requests == 0`` are prefill-only passes (at least two distinct
-    ``prefill_tokens``); rows with ``prefill_tokens == 0`` are decode-only passes and must form
-    a full grid of ``decode_requests`` x context per request (``decode_context_tokens /
-    decode_requests``), at least 2 x 2. Mixed rows are not used.
-
-    Raises:
-        HardwareError: unreadable file, bad header or value (``PATH:LINE: reason``), or rows
-            that do not form the grids above.
-    """
-    import csv
-
-    want = ["prefill_tokens", "decode_requests", "decode_context_tokens", "pass_ms"]
-    try:
-        with open_regular(path, encoding="utf-8-sig", newline="") as f:
-            rows = list(csv.reader(f))
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise HardwareError(f"cannot read pass table {path}: {reason}") from None
-    if not rows or [c.strip() for c in rows[0]] != want:
-        raise HardwareError(f"{path}:1: expected the header {','.join(want)}")
-    prefill: dict[int, float] = {}
-    decode: dict[tuple[int, float], float] = {}
-    for line, row in enumerate(rows[1:], start=2):
-        if not row or not "".join(row).strip():
-            continue
-        try:
-            n, r, c = (int(v) for v in row[:3])
-            ms = float(row[3])
-            if len(row) != 4 or min(n, r, c) < 0 or not ms > 0 or ms == float("inf"):
-                raise ValueError
-        except (ValueError, IndexError):
-            raise HardwareError(f"{path}:{line}: expected three integers >= 0 and a time > 0 in ms, "
-                                f"got {','.join(row)!r}") from None
-        table, key = (prefill, n) if r == 0 and n > 0 else (decode, (r, c / r)) if n == 0 and r > 0 else (None, None)
-        if table is None:
-            continue
-        if key in table:
-            raise HardwareError(f"{path}:{line}: a second row for the same pass shape "
-                                f"({n},{r},{c}); each shape needs exactly one time")
-        table[key] = ms
-    if len(prefill) < 2:
-        raise HardwareError(f"{path}: needs prefill-only rows (decode_requests 0) at >= 2 prefill_tokens values")
-    reqs = sorted({k[0] for k in decode})
-    ctxs = sorted({k[1] for k in decode})
-    if len(reqs) < 2 or len(ctxs) < 2 or len(decode) != len(reqs) * len(ctxs):
-        raise HardwareError(f"{path}: decode-only rows must form a full grid of >= 2 decode_requests x "
-                            f">= 2 context tokens per request (got {len(decode)} rows, {len(reqs)} x {len(ctxs)})")
-    ns = sorted(prefill)
-    return PassTable(tuple(ns), tuple(prefill[n] for n in ns), tuple(reqs), tuple(ctxs),
-                     tuple(tuple(decode[(r, c)] for c in ctxs) for r in reqs))
 
 
 def check_tensor_parallel(arch: ModelArch, tp: int) -> None:

@@ -27,6 +27,7 @@ import importlib.util
 import attrs
 
 from simkit.engine import hardware
+from simkit.engine.pass_table import load_pass_table
 from simkit.spec import (DEFAULT_NUM_GPU_BLOCKS, SGLANG_CHUNKED_PREFILL_SIZE, SGLANG_CHUNKED_PREFILL_SIZE_LARGE, AicLatency, DeploymentLatency, LatencySpec, ResolveError,
                          RooflineLatency, Scenario, TableLatency)
 
@@ -63,7 +64,7 @@ def _problem(spec: LatencySpec) -> tuple[str, str] | None:
                 return name, str(exc)
     elif isinstance(spec, TableLatency):
         try:
-            hardware.load_pass_table(spec.path)
+            load_pass_table(spec.path)
         except hardware.HardwareError as exc:
             return "path", str(exc)
     return None

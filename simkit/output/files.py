@@ -7,7 +7,9 @@ per-request rows, so two runs can be compared at a glance), ``requests.jsonl``,
 the passes, when they were recorded), with a planner ``workers.csv`` (each pool's workers by
 state at every change), ``planner_samples.csv`` (what the planner saw at each tick) and
 ``planner.png``, and ``run_info.json`` (the only file with
-wall-clock facts). Part of :mod:`simkit.output`.
+wall-clock facts). Reading a folder back (``simkit.load_result``): :func:`read_run_json`,
+:func:`read_run_text`, :func:`read_request_rows`, whose errors name the file and the line.
+Part of :mod:`simkit.output`.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import shutil
 import tempfile
 from typing import Optional
 
+from simkit.core.files import NotUtf8, open_regular, read_text
 from simkit.spec import Scenario, dump_scenario
 from simkit.core.records import PoolSample, RunRecords, WorkerCount
 from simkit.output.report import ROW_INT_COLUMNS, iter_request_rows
@@ -357,3 +360,115 @@ def write_run(out_dir: str, scenario: Scenario, records: RunRecords, summary: di
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+# ------------------------------------------------------------------ reading a run folder back
+
+
+def read_run_text(path: str) -> str:
+    """The text of a run folder's file (``scenario.resolved.yaml``...), opened only as a
+    regular file.
+
+    Raises:
+        OSError: missing or not a regular file (the error names the path).
+        ValueError: not UTF-8 text (``PATH:LINE``).
+    """
+    try:
+        return read_text(path, encoding="utf-8-sig")  # a BOM an editor added is fine
+    except NotUtf8 as exc:
+        raise ValueError(f"{exc}; expected a file simkit wrote") from None
+
+
+def read_run_json(path: str, what: str = "a simkit summary"):
+    """The parsed JSON of a run folder's file (``summary.json``; ``what`` it should be, for the
+    messages).
+
+    Raises:
+        OSError: missing or not a regular file.
+        ValueError: not UTF-8 (``PATH:LINE``), not JSON (its line and column), nested too deeply.
+    """
+    text = read_run_text(path)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not JSON ({exc.msg}, line {exc.lineno} column {exc.colno})") from None
+    except RecursionError:
+        raise ValueError(f"{path}: JSON nested too deeply; expected {what}") from None
+
+
+def _rows_jsonl(path: str):
+    """``requests.jsonl`` as a pyarrow Table typed as ``requests.parquet`` (:func:`rows_table`).
+
+    Raises:
+        ValueError: a line that is not a JSON object, whose fields differ from the first
+            line's or whose value does not fit its column (``PATH:LINE: ...``).
+    """
+    import pyarrow as pa
+
+    rows: list[dict] = []
+    lines: list[int] = []
+    names: Optional[dict] = None
+    for lineno, text in enumerate(read_run_text(path).split("\n"), start=1):
+        if not text.strip():
+            continue
+        try:
+            row = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}:{lineno}: not a JSON object ({exc.msg}, column {exc.colno}); expected one "
+                             "request row per line") from None
+        except RecursionError:
+            raise ValueError(f"{path}:{lineno}: JSON nested too deeply; expected one request row per line") from None
+        if not isinstance(row, dict):
+            kind = {list: "array", str: "string", bool: "boolean", type(None): "null"}.get(type(row), "number")
+            raise ValueError(f"{path}:{lineno}: found a JSON {kind}; expected a request row object")
+        if names is None:
+            names = dict.fromkeys(row)
+            first = lineno
+        elif row.keys() != names.keys():
+            missing = [k for k in names if k not in row]
+            field = f"lacks field {missing[0]!r}" if missing else f"has field {next(k for k in row if k not in names)!r}"
+            raise ValueError(f"{path}:{lineno}: {field}, unlike line {first}; expected the same fields on every line")
+        rows.append(row)
+        lines.append(lineno)
+    try:
+        return rows_table(rows)
+    except (pa.ArrowException, TypeError, ValueError, OverflowError):
+        pass
+    # a value does not fit its column: the shortest prefix that fails ends on its line
+    lo, hi = 1, len(rows)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        try:
+            rows_table(rows[:mid])
+            lo = mid + 1
+        except (pa.ArrowException, TypeError, ValueError, OverflowError):
+            hi = mid
+    try:
+        rows_table(rows[:lo])
+    except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ValueError(f"{path}:{lines[lo - 1]}: a value does not fit its column ({reason[:120]}); expected "
+                         "numbers, null, and a string status") from None
+    raise ValueError(f"{path}: the request rows do not form one table")  # pragma: no cover - prefixes passed
+
+
+def read_request_rows(out_dir: str):
+    """A run folder's per-request rows as a pyarrow Table: ``requests.parquet``, else
+    ``requests.jsonl`` (typed the same way). Either is opened only as a regular file.
+
+    Raises:
+        OSError: neither file exists, or the one read is not a regular file.
+        ValueError: a corrupt Parquet file (named) or a malformed JSONL line (``PATH:LINE``).
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    parquet = os.path.join(out_dir, "requests.parquet")
+    if not os.path.lexists(parquet):
+        return _rows_jsonl(os.path.join(out_dir, "requests.jsonl"))
+    with open_regular(parquet) as f:  # never a FIFO or a device (a read would block)
+        try:
+            return pq.read_table(f.buffer)
+        except pa.ArrowException as exc:
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise ValueError(f"{parquet}: not a Parquet table ({reason[:160]})") from None

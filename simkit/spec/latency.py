@@ -132,7 +132,7 @@ class AicLatency(DeploymentLatency):
 class TableLatency:
     """Pass times interpolated from a measured per-pass CSV (``path``, relative to the scenario
     file; header ``prefill_tokens,decode_requests,decode_context_tokens,pass_ms``; see
-    ``simkit.engine.hardware.load_pass_table`` and ``simkit.engine.latency.TableModel``)."""
+    ``simkit.engine.pass_table.load_pass_table`` and ``simkit.engine.latency.TableModel``)."""
 
     kind: Literal["table"] = "table"
     path: str = ""

@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 import yaml
 
-from simkit.core.files import open_regular
+from simkit.core.files import NotUtf8, read_text
 from simkit.spec.base import ConfigError
 from simkit.spec.convert import Resolve, scenario_from_dict, to_dict
 from simkit.spec.paths import resolve_paths
@@ -185,11 +185,11 @@ def load_scenario(path: str, overrides: Optional[list[tuple[str, Any]]] = None, 
             error, or invalid fields (one line each).
     """
     try:
-        with open_regular(path, encoding="utf-8-sig") as f:
-            text = f.read()
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise ConfigError([f"{path}: cannot read scenario file: {reason}"]) from None
+        text = read_text(path, encoding="utf-8-sig")
+    except NotUtf8 as exc:
+        raise ConfigError([f"{exc}; expected a YAML scenario"]) from None
+    except OSError as exc:
+        raise ConfigError([f"{path}: cannot read scenario file: {exc.strerror or exc}"]) from None
     data = yaml_load(text, source=path)
     if data is None:
         raise ConfigError([f"{path}: the file is empty; expected a scenario mapping @ $"])

@@ -73,29 +73,78 @@ def int_field(obj: dict, name: str, minimum: int, path: str, line: int, maximum:
     return value
 
 
+def _not_utf8(text: str, path: str, line: int) -> TraceError:
+    """The error for a line read with ``surrogateescape`` that holds bytes UTF-8 does not
+    decode: its line and the decoder's reason (``invalid start byte``...)."""
+    try:
+        text.encode("utf-8", "surrogateescape").decode("utf-8")
+        reason = "invalid byte"
+    except UnicodeDecodeError as exc:
+        reason = exc.reason
+    return TraceError(path, line, f"not UTF-8 text ({reason}); expected a text trace")
+
+
 def read_lines(path: str):
     """Yield ``(line number, text)`` for the non-blank lines of a UTF-8 text file (a BOM and
     CRLF endings are fine).
 
+    The file is decoded with ``surrogateescape``, so that a byte UTF-8 does not decode stops the
+    read at its own line (a strict decoder fails on a whole buffered chunk, before the lines
+    in it are counted); a line with one is refused. Only lines with non-ASCII text pay for the
+    check.
+
     Raises:
-        TraceError: a directory, an unreadable or non-UTF-8 file.
+        TraceError: a directory, an unreadable file, or a line that is not UTF-8 (``FILE:LINE``).
     """
     try:
-        with open_regular(path, encoding="utf-8-sig") as f:
+        with open_regular(path, encoding="utf-8-sig", errors="surrogateescape") as f:
             for lineno, text in enumerate(f, start=1):
+                if not text.isascii():
+                    try:
+                        text.encode("utf-8")
+                    except UnicodeEncodeError:  # a lone surrogate: an undecodable byte
+                        raise _not_utf8(text, path, lineno) from None
                 if text.strip():
                     yield lineno, text.strip()
     except NotRegularFile as exc:
         raise TraceError(path, None, f"{exc.strerror[0].lower()}{exc.strerror[1:]}; expected a trace file") from None
     except OSError as exc:
         raise TraceError(path, None, f"cannot read trace: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        raise TraceError(path, None, f"not UTF-8 text ({exc.reason}); expected a text trace") from None
+
+
+class _DuplicateKey(Exception):
+    """A JSON object names a key twice (raised from inside the decoder)."""
+
+
+def _unique_pairs(pairs: list) -> dict:
+    """``object_pairs_hook``: the object, unless a key repeats (the json module would keep the
+    last value silently)."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
+    return obj
+
+
+#: the decoder of trace lines: built once (json.loads with a hook builds one per call)
+_DECODER = json.JSONDecoder(object_pairs_hook=_unique_pairs)
 
 
 def json_object(text: str, path: str, line: int, expected: str) -> dict:
+    """The JSON object of one trace line.
+
+    Raises:
+        TraceError: not JSON, not an object, nested too deeply, or a key given twice in one
+            object (at any depth: the last would silently win).
+    """
     try:
-        obj: Any = json.loads(text)
+        obj: Any = _DECODER.decode(text)
+    except _DuplicateKey as exc:
+        raise TraceError(path, line, f"key {shown(exc.args[0])} appears twice in one object; expected each "
+                                     "field once (JSON readers keep the last value silently)") from None
     except json.JSONDecodeError as exc:
         raise TraceError(path, line, f"not valid JSON ({exc.msg}, column {exc.colno}); "
                          "expected one JSON object per line") from None

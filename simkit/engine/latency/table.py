@@ -9,7 +9,7 @@ from __future__ import annotations
 from bisect import bisect_right
 
 from simkit.spec import TableLatency
-from simkit.engine.hardware import load_pass_table
+from simkit.engine.pass_table import load_pass_table
 from simkit.core.units import S_PER_MS
 from simkit.engine.latency.base import _decode_run_by_passes
 
