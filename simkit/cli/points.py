@@ -53,6 +53,10 @@ class SchedulerUnreachable(Exception):
     """The Dask scheduler of ``--scheduler`` cannot be reached."""
 
 
+class DaskMissing(ImportError):
+    """``--scheduler`` without the distributed package."""
+
+
 def _failed_point(exc: BaseException) -> dict:
     """The outcome of a point whose worker failed outside simkit (killed, out of memory)."""
     reason = " ".join(f"{type(exc).__name__}: {exc}".split()) or type(exc).__name__
@@ -64,12 +68,15 @@ def _execute(jobs: list, n_jobs: int, dask_address: Optional[str], progress: boo
     ``progress``: a progress bar on stderr (tqdm), as points finish. Results are in job order.
 
     Raises:
-        ImportError: ``dask_address`` without the distributed package.
+        DaskMissing: ``dask_address`` without the distributed package.
         SchedulerUnreachable: the scheduler cannot be reached.
         KeyboardInterrupt: a signal stopped the sweep (points not started are cancelled).
     """
-    if dask_address:
-        from distributed import Client
+    if dask_address is not None:
+        try:
+            from distributed import Client
+        except ImportError:
+            raise DaskMissing("distributed") from None
 
         try:
             client = Client(dask_address, timeout=30)
