@@ -18,7 +18,7 @@ import pytest
 from simkit.cli import main
 from simkit.output.files import CLAIM
 
-from conftest import REPO, interrupt_at_pass, one_line, write
+from conftest import REPO, interrupt_at_pass, one_line, signal_at_pass, write
 
 SMALL = ["--set", "workload.num_requests=6", "--no-plots", "--quiet"]
 TRACE = ('{"timestamp": 0, "input_length": 300, "output_length": 4}\n'
@@ -184,6 +184,88 @@ def test_an_interrupted_force_sweep_keeps_the_old_one_and_shows_the_new_runs(tmp
         in capsys.readouterr().err
     assert (out / "sweep.csv").read_text() == old
     assert os.listdir(tmp_path / "sw.partial") == ["run000"]
+
+
+#: a small scenario priced by the polynomial model (so that signal_at_pass can stop it)
+POLY = """name: base
+seed: 1
+workload:
+  kind: synthetic
+  num_requests: 20
+  arrival: {kind: poisson, rate_per_s: 10.0}
+  input_tokens: {kind: uniform, low: 100, high: 500}
+  output_tokens: {kind: uniform, low: 5, high: 20}
+latency: {kind: polynomial}
+pools:
+  aggregated: {workers: 1}
+sla: {ttft_ms: 500, itl_ms: 50}
+"""
+
+
+def _signal_in_point(monkeypatch, k: int, signum=None) -> list:
+    """Send a signal in the middle of the ``k``-th point run in this process (at its 3rd pass);
+    returns the list of the run folders of the points started, in order."""
+    from simkit.cli import points
+
+    started = []
+    original = points._run_one
+
+    def tracked(*job):
+        started.append(os.path.basename(job[2]))
+        if len(started) == k:
+            signal_at_pass(monkeypatch, 3, signum)
+        return original(*job)
+
+    monkeypatch.setattr(points, "_run_one", tracked)
+    return started
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_inside_a_point_stops_the_sweep_there_and_drops_that_point(tmp_path, monkeypatch, capsys, signum):
+    # the simulation stops itself on Ctrl-C and returns partial records; the sweep took them for
+    # a failed point, ran the others and replaced the earlier sweep with its own
+    scen = write(tmp_path / "base.yaml", POLY)
+    out = tmp_path / "s16"
+    assert main(["sweep", str(scen), "--grid", "pools.aggregated.workers=1,2", "--out", str(out), "--jobs", "1"]) == 0
+    old = (out / "sweep.csv").read_text()
+    capsys.readouterr()
+    started = _signal_in_point(monkeypatch, 2, signum)
+    assert main(["sweep", str(scen), "--grid", "pools.aggregated.workers=1,2,3,4", "--out", str(out), "--force",
+                 "--jobs", "1"]) == 130
+    err = capsys.readouterr().err
+    partial = tmp_path / "s16.partial"
+    assert err == f"simkit: sweep interrupted; the finished runs are in {partial} ({out} keeps its earlier results) " \
+                  "(no sweep.csv)\n"
+    assert started == ["run000", "run001"]  # no point started after the signal
+    assert (out / "sweep.csv").read_text() == old
+    assert os.listdir(partial) == ["run000"]  # the interrupted point is not a result
+    assert json.loads((partial / "run000" / "summary.json").read_text())["requests"]["completed"] == 20
+    assert not [n for n in os.listdir(tmp_path) if n.startswith(".simkit")]
+
+
+def test_a_signal_inside_the_first_point_writes_nothing(tmp_path, monkeypatch, capsys):
+    scen = write(tmp_path / "base.yaml", POLY)
+    _signal_in_point(monkeypatch, 1)
+    assert main(["sweep", str(scen), "--grid", "pools.aggregated.workers=1,2", "--out", str(tmp_path / "sw"),
+                 "--jobs", "1"]) == 130
+    assert one_line(capsys) == "simkit: sweep interrupted before a run finished; nothing written"
+    assert sorted(os.listdir(tmp_path)) == ["base.yaml"]
+
+
+@pytest.mark.parametrize("command", ["capacity", "recommend"])
+def test_a_signal_inside_a_capacity_or_recommend_point_stops_it_and_drops_that_point(tmp_path, monkeypatch, capsys,
+                                                                                     command):
+    scen = write(tmp_path / "base.yaml", POLY)
+    out = tmp_path / "out"
+    started = _signal_in_point(monkeypatch, 2)
+    extra = ["--gpus", "2", "--trials", "6", "--space", "mode=aggregated", "--space", "router=round_robin"] \
+        if command == "recommend" else []
+    assert main([command, str(scen), "--out", str(out), "--jobs", "1", *extra]) == 130
+    runs = "points" if command == "capacity" else "trials"
+    assert one_line(capsys) == f"simkit: {command} interrupted; the {runs} run so far are in {out}"
+    assert len(started) == 2
+    assert os.listdir(out / runs) == [started[0]]  # the first point only; the second is dropped
+    assert not [n for n in os.listdir(tmp_path) if n.startswith(".simkit")]
 
 
 def test_a_symlinked_out_keeps_its_link_and_leaves_nothing_behind(tmp_path):

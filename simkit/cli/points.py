@@ -19,6 +19,10 @@ def _run_one(scenario_path: str, overrides: list, out_dir: str) -> dict:
 
     Returns ``{"status": "ok"|"failed", "error": str|None, "summary": dict|None, "gpus": float}``;
     never raises for a bad point (its error is the message).
+
+    Raises:
+        KeyboardInterrupt: the run was interrupted (the simulation stops itself on Ctrl-C and
+            returns partial records: those are not this point's result).
     """
     from simkit.output.files import write_run
     from simkit.output.report import summarize
@@ -33,6 +37,8 @@ def _run_one(scenario_path: str, overrides: list, out_dir: str) -> dict:
                 "summary": None, "gpus": None}
     except TraceError as exc:
         return {"status": "failed", "error": str(exc), "summary": None, "gpus": None}
+    if records.stop_reason == "interrupted":
+        raise KeyboardInterrupt
     summary = summarize(records, scenario.sla)
     try:
         write_run(out_dir, scenario, records, summary, {"sweep": True}, figures={}, force=True)
