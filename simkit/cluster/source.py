@@ -100,12 +100,14 @@ class Source:
         return self.env.process(self.run())
 
     def _release(self, request: Request) -> None:
-        self.released += 1
+        # arrived first: a run stopped in between (a KeyboardInterrupt) finds the request in
+        # flight and still unreleased, and its records keep the one in flight, never neither
+        self.probe.arrived(request.rid, self.env.now)
         if self.stream is not None:
             self.pending.discard(request.rid)
         else:
             self.was_released[request.rid] = 1
-        self.probe.arrived(request.rid, self.env.now)
+        self.released += 1
         self.router_queue.put(request)
 
     def run(self):
