@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import itertools
 import os
+import signal
+import threading
 from typing import Any, Iterable, Optional, Sequence
 
 import simpy
@@ -340,16 +342,16 @@ class Simulation:
         cap = self.scenario.max_sim_time_s
         reason, detail = "completed", None
         try:
-            until = done if cap is None else env.any_of([done, env.timeout(cap)])
-            if check:
-                self._run_checked(until)
-            else:
-                env.run(until=until)
-            if not done.triggered:
-                reason = "time_cap"
-            else:  # the last request ended: let that instant settle (a prefill worker frees KV)
-                while env._queue and env.peek() <= env.now:
-                    env.step()
+            with SignalsBetweenEvents() as signals:
+                until = done if cap is None else env.any_of([done, env.timeout(cap)])
+                self._run_until(until, signals, check)
+                if not done.triggered:
+                    reason = "time_cap"
+                else:  # the last request ended: let that instant settle (a prefill worker frees KV)
+                    while env._queue and env.peek() <= env.now:
+                        env.step()
+                        if signals.pending:
+                            signals.deliver()
         except Stuck as exc:  # or a user policy's error (its own reason)
             reason, detail = exc.reason, str(exc) + self._stop_runs()
         except InvariantError as exc:
@@ -402,14 +404,22 @@ class Simulation:
             return f" (the decode runs under way on {', '.join(failed)} could not be brought up to the stop)"
         return ""
 
-    def _run_checked(self, until) -> None:
-        """``env.run(until=until)`` one event at a time, checking the state at every settled
-        instant: the same events run (those of the cap's instant queued before the cap's own
-        timeout included), so checking changes no result."""
+    def _run_until(self, until, signals: "SignalsBetweenEvents", check: bool) -> None:
+        """``env.run(until=until)`` one event at a time: a signal is delivered between two events
+        (:class:`SignalsBetweenEvents`), and with ``check`` the state is checked at every
+        settled instant. The same events run as under ``env.run`` (those of the cap's instant
+        queued before the cap's own timeout included), so neither changes a result.
+
+        Raises:
+            EmptySchedule: nothing is left to happen before ``until``.
+        """
         env = self.env
+        step, pending = env.step, signals.pending
         while not until.processed:
-            env.step()
-            if env.peek() > env.now:  # the instant is settled: every cascade at `now` is done
+            step()
+            if pending:
+                signals.deliver()
+            if check and env.peek() > env.now:  # the instant is settled: every cascade at `now` is done
                 self.check_invariants()
 
     def _stuck_diagnostic(self) -> str:
@@ -463,6 +473,57 @@ class Simulation:
         if arrived != sum(where.values()):
             parts = " + ".join(f"{k} {v}" for k, v in where.items())
             raise InvariantError(f"at t={now:.6f} s, requests not conserved: arrived {arrived} != {parts}")
+
+
+class SignalsBetweenEvents:
+    """``with SignalsBetweenEvents() as signals:`` while a run steps its events, a SIGINT or
+    SIGTERM handled by Python (the default KeyboardInterrupt, the command line's handler) waits
+    for the event under way to end: the run calls :meth:`deliver` between two events, which
+    calls the handler in place then. In the middle of an event a request may be half way
+    through being released, routed or recorded as ended; a KeyboardInterrupt there lost it
+    from the partial records. A second signal before the first is delivered is delivered at
+    once (an event that never ends is still interrupted). Leaving the block restores the
+    handlers and delivers what is pending. Only on the main thread (the only one signals
+    reach); handlers that are not Python functions (SIG_DFL, SIG_IGN) are left alone.
+    """
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.pending: list = []  #: (signal number, frame) not yet delivered
+        self.saved: dict = {}
+
+    def __enter__(self) -> "SignalsBetweenEvents":
+        if threading.current_thread() is threading.main_thread():
+            for sig in self.SIGNALS:
+                handler = signal.getsignal(sig)
+                if callable(handler):
+                    self.saved[sig] = handler
+                    signal.signal(sig, self._defer)
+        return self
+
+    def _defer(self, signum, frame) -> None:
+        self.pending.append((signum, frame))
+        if len(self.pending) > 1:
+            self.deliver()
+
+    def deliver(self) -> None:
+        """Call the saved handler of each pending signal, in order; the first exception one
+        raises (KeyboardInterrupt) is raised once all were called."""
+        raised = None
+        while self.pending:
+            signum, frame = self.pending.pop(0)
+            try:
+                self.saved[signum](signum, frame)
+            except BaseException as exc:  # noqa: BLE001 - raised below, after the others
+                raised = raised or exc
+        if raised is not None:
+            raise raised
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self.saved.items():
+            signal.signal(sig, handler)
+        self.deliver()  # a signal during the last event is not lost
 
 
 def build(scenario: Scenario, requests: Optional[Iterable[Request]] = None,

@@ -62,6 +62,26 @@ def interrupt_at_pass(monkeypatch, n: int) -> None:
     monkeypatch.setattr(PolynomialModel, "pass_time_s", interrupting)
 
 
+def signal_at_pass(monkeypatch, n: int, signum=None) -> None:
+    """Make the polynomial latency model send this process ``signum`` (SIGINT by default) when it
+    prices its ``n``-th pass: a real Ctrl-C (or SIGTERM) in the middle of a run priced by it,
+    handled by whatever handler is installed."""
+    import signal
+
+    from simkit.engine.latency import PolynomialModel
+
+    calls = {"n": 0}
+    original = PolynomialModel.pass_time_s
+
+    def signalling(self, *args):
+        calls["n"] += 1
+        if calls["n"] == n:
+            signal.raise_signal(signal.SIGINT if signum is None else signum)
+        return original(self, *args)
+
+    monkeypatch.setattr(PolynomialModel, "pass_time_s", signalling)
+
+
 def req(rid: int, at_ms: float, isl: int, osl: int, ids=None, tbs: int = 512) -> Request:
     """A request arriving at ``at_ms`` with prompt ``isl`` and output ``osl`` tokens."""
     if ids is None:

@@ -18,7 +18,7 @@ import pytest
 from simkit.cli import main
 from simkit.output.files import CLAIM
 
-from conftest import REPO, interrupt_at_pass, one_line, write
+from conftest import REPO, interrupt_at_pass, one_line, signal_at_pass, write
 
 SMALL = ["--set", "workload.num_requests=6", "--no-plots", "--quiet"]
 TRACE = ('{"timestamp": 0, "input_length": 300, "output_length": 4}\n'
@@ -189,6 +189,182 @@ def test_an_interrupted_force_sweep_keeps_the_old_one_and_shows_the_new_runs(tmp
         in capsys.readouterr().err
     assert (out / "sweep.csv").read_text() == old
     assert os.listdir(tmp_path / "sw.partial") == ["run000"]
+
+
+#: a small scenario priced by the polynomial model (so that signal_at_pass can stop it)
+POLY = """name: base
+seed: 1
+workload:
+  kind: synthetic
+  num_requests: 20
+  arrival: {kind: poisson, rate_per_s: 10.0}
+  input_tokens: {kind: uniform, low: 100, high: 500}
+  output_tokens: {kind: uniform, low: 5, high: 20}
+latency: {kind: polynomial}
+pools:
+  aggregated: {workers: 1}
+sla: {ttft_ms: 500, itl_ms: 50}
+"""
+
+
+def _signal_in_point(monkeypatch, k: int, signum=None) -> list:
+    """Send a signal in the middle of the ``k``-th point run in this process (at its 3rd pass);
+    returns the list of the run folders of the points started, in order."""
+    from simkit.cli import points
+
+    started = []
+    original = points._run_one
+
+    def tracked(*job):
+        started.append(os.path.basename(job[2]))
+        if len(started) == k:
+            signal_at_pass(monkeypatch, 3, signum)
+        return original(*job)
+
+    monkeypatch.setattr(points, "_run_one", tracked)
+    return started
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_inside_a_point_stops_the_sweep_there_and_drops_that_point(tmp_path, monkeypatch, capsys, signum):
+    # the simulation stops itself on Ctrl-C and returns partial records; the sweep took them for
+    # a failed point, ran the others and replaced the earlier sweep with its own
+    scen = write(tmp_path / "base.yaml", POLY)
+    out = tmp_path / "s16"
+    assert main(["sweep", str(scen), "--grid", "pools.aggregated.workers=1,2", "--out", str(out), "--jobs", "1"]) == 0
+    old = (out / "sweep.csv").read_text()
+    capsys.readouterr()
+    started = _signal_in_point(monkeypatch, 2, signum)
+    assert main(["sweep", str(scen), "--grid", "pools.aggregated.workers=1,2,3,4", "--out", str(out), "--force",
+                 "--jobs", "1"]) == 130
+    err = capsys.readouterr().err
+    partial = tmp_path / "s16.partial"
+    assert err == f"simkit: sweep interrupted; the finished runs are in {partial} ({out} keeps its earlier results) " \
+                  "(no sweep.csv)\n"
+    assert started == ["run000", "run001"]  # no point started after the signal
+    assert (out / "sweep.csv").read_text() == old
+    assert os.listdir(partial) == ["run000"]  # the interrupted point is not a result
+    assert json.loads((partial / "run000" / "summary.json").read_text())["requests"]["completed"] == 20
+    assert not [n for n in os.listdir(tmp_path) if n.startswith(".simkit")]
+
+
+def test_a_signal_inside_the_first_point_writes_nothing(tmp_path, monkeypatch, capsys):
+    scen = write(tmp_path / "base.yaml", POLY)
+    _signal_in_point(monkeypatch, 1)
+    assert main(["sweep", str(scen), "--grid", "pools.aggregated.workers=1,2", "--out", str(tmp_path / "sw"),
+                 "--jobs", "1"]) == 130
+    assert one_line(capsys) == "simkit: sweep interrupted before a run finished; nothing written"
+    assert sorted(os.listdir(tmp_path)) == ["base.yaml"]
+
+
+@pytest.mark.parametrize("command", ["capacity", "recommend"])
+def test_a_signal_inside_a_capacity_or_recommend_point_stops_it_and_drops_that_point(tmp_path, monkeypatch, capsys,
+                                                                                     command):
+    scen = write(tmp_path / "base.yaml", POLY)
+    out = tmp_path / "out"
+    started = _signal_in_point(monkeypatch, 2)
+    extra = ["--gpus", "2", "--trials", "6", "--space", "mode=aggregated", "--space", "router=round_robin"] \
+        if command == "recommend" else []
+    assert main([command, str(scen), "--out", str(out), "--jobs", "1", *extra]) == 130
+    runs = "points" if command == "capacity" else "trials"
+    assert one_line(capsys) == f"simkit: {command} interrupted; the {runs} run so far are in {out}"
+    assert len(started) == 2
+    assert os.listdir(out / runs) == [started[0]]  # the first point only; the second is dropped
+    assert not [n for n in os.listdir(tmp_path) if n.startswith(".simkit")]
+
+
+def test_an_interrupted_parallel_sweep_stops_its_workers_and_starts_no_other_point(tmp_path, monkeypatch, capsys):
+    # --jobs 2: ProcessPoolExecutor queued points that still started after Ctrl-C, and the runs
+    # under way finished. Now: run000 finishes its folder and signals the sweep; run001 is
+    # stopped half way through writing; nothing else starts. The workers ignore SIGINT (a
+    # terminal's Ctrl-C reaches the process group): run000's own SIGINT does not stop it.
+    import multiprocessing
+
+    from simkit.cli import points
+
+    started, ready_r, ready_w = tmp_path / "started", *os.pipe()
+    started.mkdir()
+
+    def fake_point(scenario_path, overrides, out_dir, wanted=None):
+        name = os.path.basename(out_dir)
+        (started / name).touch()
+        if name == "run001":  # half way through writing its folder, then still running
+            os.mkdir(os.path.join(os.path.dirname(out_dir), ".simkit-half-written"))
+            os.write(ready_w, b"x")
+        else:
+            signal.raise_signal(signal.SIGINT)  # ignored by a worker
+            os.read(ready_r, 1)
+            os.mkdir(out_dir)
+            (Path(out_dir) / "summary.json").write_text("{}")
+            os.kill(os.getppid(), signal.SIGINT)  # Ctrl-C in the sweep's process
+        signal.pause()  # busy until stopped
+
+    monkeypatch.setattr(points, "_run_one", fake_point)
+    out = tmp_path / "sw"
+    code = main(["sweep", str(write(tmp_path / "base.yaml", POLY)), "--grid", "seed=1,2,3,4,5",
+                 "--out", str(out), "--jobs", "2"])
+    assert code == 130
+    assert one_line(capsys) == f"simkit: sweep interrupted; the finished runs are in {out} (no sweep.csv)"
+    assert sorted(os.listdir(started)) == ["run000", "run001"]
+    assert os.listdir(out) == ["run000"]  # run001, stopped mid-run, is dropped with its temp folder
+    assert multiprocessing.active_children() == []
+    assert not [n for n in os.listdir(tmp_path) if n.startswith(".simkit")]
+
+
+def test_a_worker_that_dies_fails_its_point_only(tmp_path, monkeypatch, capsys):
+    import pandas as pd
+
+    from simkit.cli import points
+
+    original = points._run_one
+
+    def dies_on_seed_2(scenario_path, overrides, out_dir, wanted=None):
+        if ("seed", 2) in overrides:
+            os.kill(os.getpid(), signal.SIGKILL)  # out of memory, say
+        return original(scenario_path, overrides, out_dir)
+
+    monkeypatch.setattr(points, "_run_one", dies_on_seed_2)
+    out = tmp_path / "sw"
+    assert main(["sweep", str(write(tmp_path / "base.yaml", POLY)), "--grid", "seed=1,2,3", "--out", str(out),
+                 "--jobs", "2"]) == 1
+    table = pd.read_csv(out / "sweep.csv")
+    assert list(table["status"]) == ["ok", "failed", "ok"]
+    assert table.loc[1, "error"] == "its worker failed: its process was killed by SIGKILL"
+    assert list(table["completed"].fillna(-1)) == [20, -1, 20]
+    assert "1 of 3 points failed" in capsys.readouterr().err
+
+
+def test_an_interrupted_dask_sweep_cancels_its_points_and_a_running_one_writes_nothing(tmp_path, monkeypatch,
+                                                                                     capsys):
+    import threading
+
+    distributed = pytest.importorskip("distributed")
+    from simkit.cli import points
+
+    started, release, done, wrote = [], threading.Event(), threading.Event(), []
+
+    def fake_point(scenario_path, overrides, out_dir, wanted=None):
+        started.append(os.path.basename(out_dir))
+        if len(started) > 1:
+            return None
+        os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C while this point runs on a Dask worker
+        release.wait()
+        wrote.append(wanted())  # the sweep's folder has gone: it writes nothing
+        done.set()
+        return None
+
+    monkeypatch.setattr(points, "_run_one", fake_point)
+    out = tmp_path / "sw"
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                                  dashboard_address=None) as cluster:
+        code = main(["sweep", str(write(tmp_path / "base.yaml", POLY)), "--grid", "seed=1,2,3", "--out", str(out),
+                     "--scheduler", cluster.scheduler_address])
+        release.set()
+        assert done.wait(60)
+    assert code == 130
+    assert "simkit: sweep interrupted before a run finished; nothing written" in capsys.readouterr().err
+    assert started == ["run000"] and wrote == [False]
+    assert os.listdir(tmp_path) == ["base.yaml"]
 
 
 def test_a_symlinked_out_keeps_its_link_and_leaves_nothing_behind(tmp_path):

@@ -12,6 +12,7 @@ import sys
 from typing import Callable, Optional, Sequence
 
 from simkit.cli.common import _check_out, _default_out, _fail, _Interrupts, _printable
+from simkit.cli.points import DaskMissing, SchedulerUnreachable
 from simkit.sim import input_files, load_scenario
 from simkit.spec import ConfigError, Scenario, parse_overrides
 from simkit.output.files import beside, claim_folder, folder_content, move_into_place, sibling_tmp_dir
@@ -105,6 +106,14 @@ def run_points(scenario_path: str, points: Sequence[list], work: str, names: Seq
     return _execute(runs, jobs, scheduler, progress=sys.stderr.isatty())
 
 
+def scheduler_problem(address: Optional[str], exc: BaseException) -> str:
+    """The line for a ``--scheduler`` that cannot be used (the distributed package missing, or
+    the scheduler unreachable)."""
+    if isinstance(exc, DaskMissing):
+        return "--scheduler needs the 'distributed' package: pip install 'dask[distributed]'"
+    return f"--scheduler {address}: cannot reach the Dask scheduler ({exc})"
+
+
 def say(line: str, err: bool = False) -> None:
     """Print one safe line (stdout, or stderr with ``err``)."""
     print(_printable(line, 2000), file=sys.stderr if err else sys.stdout)
@@ -130,6 +139,8 @@ def batch_problem(args) -> Optional[str]:
     """What is wrong with the options of :func:`add_batch_arguments`, or None."""
     if args.jobs < 1:
         return f"--jobs {args.jobs}: expected at least 1"
+    if args.scheduler is not None and not args.scheduler.strip():  # '' would quietly run locally
+        return f"--scheduler {args.scheduler!r}: expected a Dask scheduler's address (tcp://host:8786)"
     if not 0.0 < args.sla_fraction <= 1.0:
         return f"--sla-fraction {args.sla_fraction:g}: expected a share in (0, 1]"
     return None
@@ -174,6 +185,12 @@ def run_batch(args, base: Scenario, command: str, runs: str, body: Callable[[Out
             return body(folder)
     except OutputError as exc:
         return _fail([str(exc)])
+    except (DaskMissing, SchedulerUnreachable) as exc:
+        problem = scheduler_problem(args.scheduler, exc)
+        if folder.kept:  # the scheduler went away after some runs: they are kept, as on a stop
+            say(f"{problem}; the {runs} run so far are in {folder.kept}", err=True)
+            return 1
+        return _fail([problem])
     except KeyboardInterrupt:
         kept = f"; the {runs} run so far are in {folder.kept}" if folder.kept else ""
         say(f"simkit: {command} interrupted{kept}", err=True)

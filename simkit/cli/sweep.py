@@ -23,8 +23,8 @@ import shutil
 import sys
 from typing import Any, Sequence
 
-from simkit.cli.batch import add_batch_arguments, batch_overrides, batch_problem
-from simkit.cli.points import SchedulerUnreachable, _execute
+from simkit.cli.batch import add_batch_arguments, batch_overrides, batch_problem, scheduler_problem
+from simkit.cli.points import DaskMissing, SchedulerUnreachable, _execute
 from simkit.cli.common import _check_out, _default_out, _fail, _Interrupts, _Parser, _printable
 from simkit.output.files import beside, claim_folder, folder_content, move_into_place, sibling_tmp_dir
 from simkit.sim import input_files, load_scenario
@@ -184,12 +184,9 @@ def _sweep(args, grid: list, combos: list, common: list, out: str, work: str) ->
     with _Interrupts() as interrupts:  # SIGTERM too stops the sweep as Ctrl-C does
         try:
             outcomes = _execute(jobs, args.jobs, args.scheduler, progress=sys.stderr.isatty())
-        except ImportError:
+        except (DaskMissing, SchedulerUnreachable) as exc:
             shutil.rmtree(work, ignore_errors=True)  # nothing ran: leave nothing behind
-            return _fail(["--scheduler needs the 'distributed' package: pip install 'dask[distributed]'"])
-        except SchedulerUnreachable as exc:
-            shutil.rmtree(work, ignore_errors=True)
-            return _fail([f"--scheduler {args.scheduler}: cannot reach the Dask scheduler ({exc})"])
+            return _fail([scheduler_problem(args.scheduler, exc)])
         except KeyboardInterrupt:
             interrupts.defer = True  # moving the finished runs is not interrupted in turn
             if not os.listdir(work):

@@ -120,6 +120,8 @@ class Collector:
         self.recent: Optional[tuple[list, list, list]] = None
         #: speculative decoding's counts over the requests that ended (None: none speculated)
         self.speculation: Optional[dict] = None
+        #: (rid, whether its record is in the sink) while :meth:`finished` moves a record
+        self._ending: Optional[tuple[int, bool]] = None
         self.all_done = env.event()
         if expected == 0:
             self.all_done.succeed()
@@ -262,12 +264,18 @@ class Collector:
             listener(rid)
 
     def finished(self, rid: int, at: float, status: str) -> None:
-        st = self.live.pop(rid, None)
+        st = self.live.get(rid)
         if st is None:
             raise InvariantError(f"request {rid} ended ({status}) but is not in flight: it ended before, "
                                  f"or never arrived (at t={at:.6f} s)")
-        delivery = self.delivery_s
-        self.sink.append(st.record(rid, status, at + delivery if status == COMPLETED else None))
+        record = st.record(rid, status, at + self.delivery_s if status == COMPLETED else None)
+        # a run stopped in the middle of this (a KeyboardInterrupt) keeps the request once:
+        # in flight until its record is in the sink (finalize tells which by the flag)
+        self._ending = (rid, False)
+        self.sink.append(record)
+        self._ending = (rid, True)
+        del self.live[rid]
+        self._ending = None
         self.ended_count += 1
         if self.recent is not None and status == COMPLETED:
             n = st.n_tokens
@@ -295,10 +303,14 @@ class Collector:
         writing and is closed here.
         """
         sink = self.sink
+        if self._ending is not None and self._ending[1]:  # stopped after its record went in
+            self.live.pop(self._ending[0], None)
+        self._ending = None
         for rid in sorted(self.live):
             sink.append(self.live[rid].record(rid, INCOMPLETE, None))
         for request in not_arrived:
-            sink.append(not_arrived_record(request))
+            if request.rid not in self.live:  # stopped between its arrival and the source's note of it
+                sink.append(not_arrived_record(request))
         token_times = None
         if isinstance(sink, list):
             sink.sort(key=lambda r: r.rid)

@@ -108,12 +108,14 @@ class Source:
         return self.env.process(self.run())
 
     def _release(self, request: Request) -> None:
-        self.released += 1
+        # arrived first: a run stopped in between (a KeyboardInterrupt) finds the request in
+        # flight and still unreleased, and its records keep the one in flight, never neither
+        self.probe.arrived(request.rid, self.env.now)
         if self.stream is not None:
             self.pending.discard(request.rid)
         else:
             self.was_released[request.rid] = 1
-        self.probe.arrived(request.rid, self.env.now)
+        self.released += 1
         delay = self.frontend_s
         if self.jitter_s:
             delay += random.Random(f"{self.seed}/frontend/{request.rid}").random() * self.jitter_s
