@@ -345,13 +345,15 @@ class Simulation:
             with SignalsBetweenEvents() as signals:
                 until = done if cap is None else env.any_of([done, env.timeout(cap)])
                 self._run_until(until, signals, check)
+                # let the last instant settle: the last request ended (a prefill worker frees its
+                # KV then), or the cap's instant runs to its end, everything that happens at it
+                # included (pass ends at the cap, and what they set off at that instant)
+                while env._queue and env.peek() <= env.now:
+                    env.step()
+                    if signals.pending:
+                        signals.deliver()
                 if not done.triggered:
                     reason = "time_cap"
-                else:  # the last request ended: let that instant settle (a prefill worker frees KV)
-                    while env._queue and env.peek() <= env.now:
-                        env.step()
-                        if signals.pending:
-                            signals.deliver()
         except Stuck as exc:  # or a user policy's error (its own reason)
             reason, detail = exc.reason, str(exc) + self._stop_runs()
         except InvariantError as exc:
@@ -407,8 +409,8 @@ class Simulation:
     def _run_until(self, until, signals: "SignalsBetweenEvents", check: bool) -> None:
         """``env.run(until=until)`` one event at a time: a signal is delivered between two events
         (:class:`SignalsBetweenEvents`), and with ``check`` the state is checked at every
-        settled instant. The same events run as under ``env.run`` (those of the cap's instant
-        queued before the cap's own timeout included), so neither changes a result.
+        settled instant. The same events run as under ``env.run``, so neither changes a result
+        (the caller settles the last instant).
 
         Raises:
             EmptySchedule: nothing is left to happen before ``until``.

@@ -218,3 +218,33 @@ def test_verify_rounds_on_a_worker_whose_kv_a_router_queue_watches_release_held_
     fast = build(scenario, requests, fast_forward=True, record_passes=True).run()
     slow = build(scenario, requests, fast_forward=False, record_passes=True).run()
     assert fast == slow
+
+
+def test_a_prefix_hit_at_admission_releases_a_request_held_for_prefill_load_as_stepping():
+    # Found by the routed property (a local run, 9,450 examples in): admitting rid 12 with one
+    # cached block takes its 64 tokens off worker 0's queued prefill at the pass's start,
+    # 615 -> 551, below the router queue's 600. Nothing poked the router then: stepping, the
+    # next pass end on any worker released rids 14-16 (worker 1's verify round at 0.876061 s);
+    # with worker 1's verify rounds fast-forwarded they waited for worker 0's pass end at
+    # 0.880825 s. An admission with a prefix hit now pokes the router as a preemption does.
+    scenario = scenario_from_dict({
+        "latency": {"kind": "polynomial", "speedup_ratio": 3.0},
+        "pools": {"aggregated": {"workers": 3, "block_size": 64, "num_gpu_blocks": 40,
+                                 "max_num_batched_tokens": 64, "max_num_seqs": 1,
+                                 "speculative": {"method": "mtp", "num_speculative_tokens": 1,
+                                                 "acceptance_rates": [0.0]}}},
+        "router": {"kind": "least_loaded"},
+        "router_queue": {"policy": "fcfs", "max_queued_prefill_tokens": 600},
+        "planner": {"kind": "threshold", "interval_s": 0.05, "scale_down_delay_s": 0.0,
+                    "scale_up_kv_usage": 0.7, "scale_down_kv_usage": 0.2,
+                    "scale_up_queued_prefill_tokens": 16384, "scale_down_queued_prefill_tokens": 1024},
+        "sla": {"ttft_ms": 400.0, "itl_ms": 60.0}})
+    rows = [(0.0, 1, 0), (0.0, 1, 0), (0.0, 1, 0), (0.0, 958, 71), (0.0, 1, 0), (0.0, 1, 0), (0.0, 1, 0),
+            (0.0, 1, 0), (0.375, 1, 0), (0.375, 28, 3), (0.375, 1, 0), (0.625, 1, 118), (0.875, 130, 3),
+            (0.875, 485, 51), (0.875, 1, 0), (0.875, 1, 0), (0.875, 1, 0)]
+    requests = [Request(rid, at, isl, osl, tuple(range(-(-isl // 64))), 64)
+                for rid, (at, isl, osl) in enumerate(rows)]
+    fast = build(scenario, requests, fast_forward=True, record_passes=True).run()
+    slow = build(scenario, requests, fast_forward=False, record_passes=True).run()
+    assert fast == slow
+    assert [r.dispatched_at for r in fast.requests[14:]] == [r.dispatched_at for r in slow.requests[14:]]

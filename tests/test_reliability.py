@@ -276,17 +276,20 @@ def test_a_run_stopped_mid_decode_run_records_what_stepping_records(stop):
 
 @pytest.mark.parametrize("isl", [1000, 100])
 def test_check_mode_runs_the_same_events_at_the_time_cap(isl):
-    """A request arriving exactly at max_sim_time_s (60 s) is not released in a normal run (the
-    cap's own timeout comes first among that instant's events), and checking every instant
-    must not change that: with --check it was rejected (isl 1000 > max_model_len 256) or
-    admitted (isl 100) instead of incomplete."""
+    """The cap's instant is part of the run, everything that happens at it included: a request
+    arriving exactly at max_sim_time_s (60 s) is released, and rejected there (isl 1000 >
+    max_model_len 256) or admitted and left incomplete (isl 100). Checking every instant must
+    not change that (with --check the order of that instant's events once differed)."""
     s = override(scenario(max_model_len=256, max_model_len_action="reject"), {"max_sim_time_s": 60.0})
     reqs = [req(0, 0.0, 100, 5), req(1, 60000.0, isl, 5)]
     plain = simulate(s, reqs)
     checked = simulate(s, reqs, check=True)
     assert plain == checked
-    assert [r.status for r in plain.requests] == ["completed", "incomplete"]
-    assert plain.requests[1].dispatched_at is None
+    assert plain.stop_reason == ("completed" if isl == 1000 else "time_cap")  # every request ended by then
+    assert [r.status for r in plain.requests] == ["completed", "rejected" if isl == 1000 else "incomplete"]
+    assert plain.requests[1].dispatched_at == 60.0
+    if isl == 100:
+        assert plain.requests[1].first_admitted_at == 60.0 and plain.requests[1].first_token_at is None
 
 
 @pytest.mark.parametrize("action", ["cut", "reject"])

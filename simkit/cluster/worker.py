@@ -522,8 +522,11 @@ class Worker:
                 self.reserve_credit = 0
             kv_before = sched.kv.used_blocks
             batch = sched.schedule()
-            if self.on_pass_end is not None and sched.kv.used_blocks < kv_before:
-                self.on_pass_end()  # a preemption freed KV: a request held for KV room may go
+            if self.on_pass_end is not None and (sched.kv.used_blocks < kv_before or (
+                    batch is not None and any(cached for _, cached in batch.admitted))):
+                # a preemption freed KV, or an admission's prefix hit took its cached tokens off
+                # the queued prefill: a request held for KV room or prefill load may go now
+                self.on_pass_end()
             if batch is None:
                 deferring = False
                 if self.deferred:
