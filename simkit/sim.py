@@ -221,15 +221,15 @@ class Simulation:
         #: on the reference: a decode worker that takes a prompt's KV in at the instant its
         #: prefill ends frees the prefill side before that worker forms its next pass)
         order = {"decode": 0, "aggregated": 1, "prefill": 1}
-        for name, spec in scenario.pools.named():
+        for name, pool_spec in scenario.pools.named():
             index = order[name]
-            latency = latencies[name] = make_latency_model(spec.latency or scenario.latency,
-                                                           spec.num_gpu_blocks * spec.block_size, spec.speculative)
+            latency = latencies[name] = make_latency_model(pool_spec.latency or scenario.latency,
+                                                           pool_spec.num_gpu_blocks * pool_spec.block_size, pool_spec.speculative)
             sink = self.link.send if name == "prefill" else None
 
-            def make_worker(wid, name=name, spec=spec, latency=latency, sink=sink, entry=name == entry_name):
+            def make_worker(wid, name=name, pool_spec=pool_spec, latency=latency, sink=sink, entry=name == entry_name):
                 # ranks order same-instant pass boundaries: pools as above, then by index
-                worker = Worker(env, name, wid, name, spec, latency, probe, handoff=sink,
+                worker = Worker(env, name, wid, name, pool_spec, latency, probe, handoff=sink,
                                 rank=index * RANK_STRIDE + wid, fast_forward=fast_forward,
                                 horizon=self.time_limit, record_passes=record_passes, seed=scenario.seed)
                 if entry:
@@ -243,7 +243,7 @@ class Simulation:
                     self._wire_pairing(worker)
                 return worker
 
-            pool = self.worker_pools[name] = WorkerPool(env, name, spec, make_worker, self.gpus, spec.workers)
+            pool = self.worker_pools[name] = WorkerPool(env, name, pool_spec, make_worker, self.gpus, pool_spec.workers)
             self.pools[name] = pool.workers
         streams = RngStreams(scenario.seed)
         if router_policy is None and isinstance(scenario.router, PythonRouter):

@@ -7,7 +7,6 @@ from __future__ import annotations
 import attrs
 import pytest
 
-import simkit
 from simkit import scenario_from_dict
 from simkit.engine.resolve import resolve_scenario
 from simkit.sim import build

@@ -167,7 +167,7 @@ def test_a_signal_while_a_sweep_writes_its_table_waits_for_the_table(tmp_path, m
 
 
 def test_an_interrupted_force_sweep_keeps_the_old_one_and_shows_the_new_runs(tmp_path, monkeypatch, capsys):
-    from simkit.cli import points, sweep
+    from simkit.cli import points
 
     out = tmp_path / "sw"
     args = ["sweep", str(REPO / "scenarios" / "agg.yaml"), "--grid", "seed=1,2", "--out", str(out),
