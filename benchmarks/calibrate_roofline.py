@@ -22,8 +22,8 @@ Data (none of it is scored by benchmarks/silicon_accuracy.py except as stated):
 3. All-reduce: ``{a100,h100}_dgx_all_reduce.csv`` (message bytes x GPUs). Fits ``comm_eff``
    and ``allreduce_latency_us``.
 4. Host overheads and the all-reduce latency: the calibration subset of aiconfigurator-core's
-   ``silicon_sample.csv``, the rows whose ``silicon_rows.calibration_row(id)`` is true
-   (SHA-256 of the row id, one in four). Each is simulated exactly as
+   ``silicon_sample.csv``, the rows whose ``silicon_rows.calibration_row(row)`` is true
+   (SHA-256 of the deployment and concurrency, one in four). Each is simulated exactly as
    benchmarks/silicon_accuracy.py simulates a row (its own engine's scheduler, under the
    benchmark client and server settings that measured it: ``silicon_rows.harness_for``), with
    the five terms 0; ``layer_overhead_us``, ``pass_overhead_ms``, ``sequence_overhead_us`` (per request
@@ -61,7 +61,8 @@ from silicon_rows import (SILICON_GPUS, SILICON_MODELS, calibration_row, concurr
 from simkit.engine import hardware  # noqa: E402
 from simkit.spec import ConfigError, RooflineLatency  # noqa: E402
 from simkit.engine.latency import RooflineModel  # noqa: E402
-from simkit.engine.hardware import Calibration, ModelArch, gpu_names, load_gpu, load_model  # noqa: E402
+from simkit.engine.hardware import (PRECISION_BYTES, Calibration, ModelArch, gpu_names, load_gpu,  # noqa: E402
+                                    load_model)
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "simkit" / "engine" / "data" / "calibration.json"
@@ -184,6 +185,68 @@ def fit_attention_aic(gpu: str, files: list[Path]) -> dict:
                              f"{q(ce)} over {len(ce)} prefill calls, memory {q(me)} over {len(me)} decode calls"}
 
 
+#: aiconfigurator-core's GEMM dtypes for simkit's weight precisions (per-tensor fp8, NVFP4)
+AIC_GEMM_DTYPES = {"bf16": "bfloat16", "fp8": "fp8", "fp4": "nvfp4"}
+
+
+def fit_gemm_aic(gpu: str, files: list[Path]) -> dict:
+    """GEMM efficiencies of ``gpu`` per weight precision from aiconfigurator-core's measured
+    GEMM tables (``systems/data/<system>/gemm/<engine>/<version>/gemm_perf.parquet``: one
+    kernel per row, ``m`` tokens x ``k`` inputs x ``n`` outputs, ``latency`` in ms; Apache-2.0),
+    over the shapes a serving pass runs (``m`` up to 16,384, ``n`` and ``k`` at least 1,024).
+    Per engine (its own kernels) and pooled over engines: least squares on log time of
+    ``max(2 m n k / (peak x gemm_compute_eff), (n k b + m k b + 2 m n) / (HBM x
+    gemm_memory_eff)) + m k (2 + b) / (HBM x quant_memory_eff) + launch`` for ``b`` bytes per
+    weight, the last term the quantization of the activations (fp8, fp4 only; bf16 keeps the
+    default). The launch time is fitted and dropped (the per-layer overhead holds it).
+    Returns ``{"gemm": {precision: efficiencies}, "backends": {engine: {"gemm": {...}}}, "fit_gemm": note}``."""
+    g = load_gpu(gpu)
+    frames = {}
+    for f in files:
+        df = pd.read_parquet(f)
+        engine = f.parent.parent.name
+        frames[engine] = pd.concat([frames[engine], df]) if engine in frames else df
+    bw = g.hbm_gb_per_s * 1e9
+
+    def fit(df: pd.DataFrame, precision: str):
+        b = PRECISION_BYTES[precision]
+        x = df[(df.gemm_dtype == AIC_GEMM_DTYPES[precision]) & (df.n >= 1024) & (df.k >= 1024) & (df.m <= 16384)
+               & (df.latency > 0)]
+        if len(x) < 100:
+            return None
+        m, n, k = (x[c].to_numpy(float) for c in ("m", "n", "k"))
+        t = x.latency.to_numpy(float) * 1e-3
+        peak = g.tflops(precision) * 1e12
+        flops, nbytes = 2.0 * m * n * k, n * k * b + m * k * b + 2.0 * m * n
+        quant = m * k * (2 + b) if precision != "bf16" else np.zeros_like(m)
+
+        def predict(p):
+            return np.maximum(flops / (peak * p[0]), nbytes / (bw * p[1])) + quant / (bw * p[3]) + p[2] * 1e-6
+
+        p, err = _log_fit(predict, t, [0.6, 0.7, 5.0, 0.5], ([0.05, 0.05, 0.0, 0.01], [1.2, 1.2, 100.0, 5.0]))
+        out = {"gemm_compute_eff": round(float(p[0]), 4), "gemm_memory_eff": round(float(p[1]), 4)}
+        if precision != "bf16":
+            out["quant_memory_eff"] = round(float(p[3]), 4)
+        return out, len(x), err
+
+    result: dict = {"gemm": {}, "backends": {}}
+    notes = []
+    for precision in AIC_GEMM_DTYPES:
+        if precision not in g.dense_tflops:
+            continue
+        pooled = fit(pd.concat(frames.values()), precision)
+        if pooled is None:
+            continue
+        result["gemm"][precision] = pooled[0]
+        notes.append(f"{precision} {pooled[1]} kernels, median |rel err| {pooled[2]:.3f}")
+        for engine, df in frames.items():
+            mine = fit(df, precision)
+            if mine is not None:
+                result["backends"].setdefault(engine, {}).setdefault("gemm", {})[precision] = mine[0]
+    result["fit_gemm"] = (f"aiconfigurator-core GEMM kernels ({', '.join(sorted(frames))}): " + "; ".join(notes))
+    return result
+
+
 def fit_allreduce(gpu: str, path: Path) -> dict:
     df = pd.read_csv(path)
     df = df[df["devices_per_node"] == df["num_workers"]]  # one node, NVLink (the engine's case)
@@ -200,11 +263,37 @@ def fit_allreduce(gpu: str, path: Path) -> dict:
             "fit_allreduce": f"{len(df)} Vidur rows, median |rel err| {err:.3f}"}
 
 
+def fit_allreduce_aic(gpu: str, path: Path) -> dict:
+    """``comm_eff`` of ``gpu`` from aiconfigurator-core's measured all-reduce kernels (TRT-LLM's
+    custom all-reduce, ``comm/trtllm/<version>/custom_allreduce_perf.parquet``: ``message_size``
+    bf16 elements over ``num_gpus`` GPUs of one NVLink domain, ``latency`` in ms): least squares
+    on log time of ``latency + 2 (t - 1) / t x bytes / (NVLink x comm_eff)`` over messages of
+    1 MiB and more (the bandwidth-bound ones; the latency is fitted on TPOT with the overheads)."""
+    df = pd.read_parquet(path)
+    df = df[(df.op_name == "all_reduce") & (df.message_size * 2 >= 1 << 20) & (df.latency > 0)]
+    g = load_gpu(gpu)
+    t = df.num_gpus.to_numpy(float)
+    nbytes = df.message_size.to_numpy(float) * 2
+    measured = df.latency.to_numpy(float) * 1e-3
+
+    def predict(x):
+        return x[1] * 1e-6 + 2 * (t - 1) / t * nbytes / (g.intra_node_gb_per_s * 1e9 * x[0])
+
+    x, err = _log_fit(predict, measured, [0.8, 10.0], ([0.05, 0.0], [1.5, 500.0]))
+    return {"comm_eff": round(float(x[0]), 4),
+            "fit_allreduce": f"{len(df)} aiconfigurator-core custom all-reduce kernels ({path.parent.name}), "
+                             f"median |rel err| {err:.3f}"}
+
+
 #: fewest calibration rows for an engine's own fit on a GPU (five terms; fewer rows overfit,
 #: e.g. 8 rows of one small model gave a 9.7 ms pass overhead that then priced every model)
 MIN_BACKEND_ROWS = 12
 OVERHEADS = ("layer_overhead_us", "pass_overhead_ms", "sequence_overhead_us", "allreduce_latency_us",
              "request_layer_overhead_us")
+#: the serving frontend's times, fitted on TTFT once the pass times are (fit_frontend)
+FRONTEND = ("dispatch_overhead_ms", "first_token_overhead_ms")
+#: fewest dense calibration rows for a frontend fit of its own (GPU and backend, then GPU)
+MIN_FRONTEND_ROWS = 8
 
 
 def fit_overheads(silicon: Path, max_concurrency: int = 1024) -> dict:
@@ -226,10 +315,10 @@ def fit_overheads(silicon: Path, max_concurrency: int = 1024) -> dict:
     backend's fit is of dense rows and there are ``MIN_BACKEND_ROWS`` MoE rows. Returns {gpu: {"all": fit, backend: fit, ...}}, a fit
     being ({term: value}, rows, median |rel err| of TPOT).
     """
-    zero = dict.fromkeys(OVERHEADS, 0.0)
+    zero = dict.fromkeys(OVERHEADS + FRONTEND, 0.0)
     samples: dict[str, list] = {}
     for row in load_rows(silicon):
-        if not calibration_row(row["id"]) or skip_reason(row):
+        if not calibration_row(row) or skip_reason(row):
             continue
         conc = concurrency(row)
         if conc > max_concurrency or row["osl"] < 2:
@@ -284,12 +373,71 @@ def fit_overheads(silicon: Path, max_concurrency: int = 1024) -> dict:
     return out
 
 
+def _weighted_median(values: np.ndarray, weights: np.ndarray) -> float:
+    order = np.argsort(values)
+    cum = np.cumsum(weights[order])
+    return float(values[order][np.searchsorted(cum, cum[-1] / 2)])
+
+
+def fit_frontend(silicon: Path, at: str = "dispatch", max_concurrency: int = 1024) -> dict:
+    """The serving frontend's time per request, from the TTFT of the dense calibration rows.
+
+    Each row is simulated with the calibration just written (pass times fitted) and no
+    frontend; the client's TTFT then misses ``d`` = API server, tokenization, routing and the
+    first streamed chunk. One constant ``d`` per (GPU, backend) with at least
+    ``MIN_FRONTEND_ROWS`` rows, else per GPU, else per backend over every GPU: the one that
+    minimises the mean |relative error| of TTFT if each row's TTFT grew by ``d`` (the weighted
+    median of ``measured - simulated``, weights 1 / measured), at least 0. ``at`` places it:
+    ``dispatch`` (before the router), ``delivery`` (engine tokens to the client) or ``split``
+    (half each); a client's TTFT and E2E hold their sum only, and the calibration rows decide
+    (benchmarks/silicon_accuracy.py --calibration-rows). MoE rows are left out (their engine
+    paths belong to the attention-DP / expert-parallel model). Returns {gpu: {"all": fit,
+    backend: fit}, "backend:<b>": fit}, a fit being ({field: ms}, rows, MAPE before, MAPE after
+    the linear shift)."""
+    zero = dict.fromkeys(FRONTEND, 0.0)
+    gaps: dict = {}
+    for row in load_rows(silicon):
+        if not calibration_row(row) or skip_reason(row):
+            continue
+        conc = concurrency(row)
+        if conc > max_concurrency or load_model(SILICON_MODELS[row["model_path"]]).is_moe:
+            continue
+        try:
+            ttft, _ = simulate_row(row, conc, zero)
+        except ConfigError:
+            continue
+        gaps.setdefault((SILICON_GPUS[row["system"]], row["backend"]), []).append((ttft, row["silicon_ttft_ms"]))
+
+    def fit(items):
+        sim, meas = (np.array([it[k] for it in items], float) for k in (0, 1))
+        d = max(0.0, _weighted_median(meas - sim, 1.0 / meas))
+        before, after = np.mean(np.abs(sim / meas - 1)), np.mean(np.abs((sim + d) / meas - 1))
+        share = {"dispatch": (1.0, 0.0), "delivery": (0.0, 1.0), "split": (0.5, 0.5)}[at]
+        return ({"dispatch_overhead_ms": round(d * share[0], 3), "first_token_overhead_ms": round(d * share[1], 3)},
+                len(items), round(float(before), 4), round(float(after), 4))
+
+    out: dict = {}
+    for backend in sorted({b for _, b in gaps}):
+        mine = [it for (g, b), items in gaps.items() if b == backend for it in items]
+        out[f"backend:{backend}"] = fit(mine)
+    for gpu in sorted({g for g, _ in gaps}):
+        items = [it for (g, _), rows in gaps.items() if g == gpu for it in rows]
+        fits = {"all": fit(items)} if len(items) >= MIN_FRONTEND_ROWS else {}
+        for (g, backend), rows in gaps.items():
+            if g == gpu and len(rows) >= MIN_FRONTEND_ROWS:
+                fits[backend] = fit(rows)
+        out[gpu] = fits
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--vidur", default=str(ROOT.parent / "shared" / "data" / "vidur_profiling"))
     ap.add_argument("--silicon", default=None, help="silicon_sample.csv (default: the installed aiconfigurator_core's, or /tmp/aic)")
     ap.add_argument("--aic-data", default=None,
                     help="aiconfigurator-core's systems/data folder (default: beside silicon_sample.csv)")
+    ap.add_argument("--frontend-at", choices=("dispatch", "delivery", "split"), default="dispatch",
+                    help="where the fitted frontend time goes (see fit_frontend; chosen on calibration rows)")
     ap.add_argument("--dry-run", action="store_true",
                     help="print, do not write calibration.json (the overhead fit then simulates with the "
                          "efficiencies already in it)")
@@ -312,40 +460,96 @@ def main() -> None:
     if silicon is None or not silicon.is_file():
         sys.exit("silicon_sample.csv not found: pass --silicon PATH (unpack the whole aiconfigurator-core "
                  "wheel: its systems/data/ holds the attention tables) or pip install -e '.[aic]'")
-    # attention on each GPU's own kernels where aiconfigurator-core measured them (Vidur has
-    # attention for the A100 only, with older kernels)
+    # attention, GEMMs and all-reduce on each GPU's own kernels where aiconfigurator-core
+    # measured them (Vidur has A100 and H100 tables only, with older kernels; Blackwell priced
+    # with the H100's efficiencies was off by a precision's worth: fp8 reaches 0.41-0.68 of
+    # its peak there, not the H100 bf16 fit's 0.60)
     systems = {gpu: system for system, gpu in SILICON_GPUS.items()}
     data = Path(args.aic_data) if args.aic_data else silicon.parent / "data"
+    gemm_backends: dict = {}
     for gpu, entry in fitted.items():
-        files = sorted((data / systems[gpu] / "attention").glob("*/*/*_attention_perf.parquet")) \
-            if gpu in systems else []
+        root = data / systems[gpu] if gpu in systems else None
+        files = sorted((root / "attention").glob("*/*/*_attention_perf.parquet")) if root else []
         if files:
             entry["vidur_attention"] = entry.pop("fit_attention")
             entry.update(fit_attention_aic(gpu, files))
+        files = sorted((root / "gemm").glob("*/*/gemm_perf.parquet")) if root else []
+        if files:
+            gemm = fit_gemm_aic(gpu, files)
+            if gpu in ("A100", "H100"):  # Vidur's fit, kept for reference
+                entry["vidur_gemm"] = {k: entry[k] for k in ("gemm_compute_eff", "gemm_memory_eff", "fit_gemm")}
+            entry["gemm"] = gemm["gemm"]
+            entry.update({k: v for k, v in gemm["gemm"]["bf16"].items()})  # the GPU's default: bf16
+            entry["fit_gemm"] = gemm["fit_gemm"]
+            gemm_backends[gpu] = gemm["backends"]
+        files = sorted((root / "comm" / "trtllm").glob("*/custom_allreduce_perf.parquet")) if root else []
+        if files:
+            if gpu in ("A100", "H100"):
+                entry["vidur_comm_eff"] = entry["comm_eff"]
+            entry.update(fit_allreduce_aic(gpu, files[-1]))
+        if "gemm" in entry:
+            entry["source"] = ("efficiencies from aiconfigurator-core's kernels measured on this GPU (GEMM per "
+                               "precision and engine, attention, all-reduce); overheads from its calibration rows")
+
+    def with_gemm(gpu: str, backends: dict) -> dict:
+        """The backends' fitted overheads with their engines' GEMM efficiencies beside."""
+        out = {b: dict(v) for b, v in backends.items()}
+        for b, g in gemm_backends.get(gpu, {}).items():
+            out.setdefault(b, {})["gemm"] = g["gemm"]
+        return out
+
+    for gpu, entry in fitted.items():
+        entry["backends"] = with_gemm(gpu, entry.get("backends", {}))
     before = OUT.read_text()
-    if not args.dry_run:  # the overhead fit simulates with the efficiencies just fitted
-        OUT.write_text(json.dumps({**fitted, "default": fitted["H100"]}, indent=1) + "\n")
+
+    def write(table: dict) -> None:
+        OUT.write_text(json.dumps({**table, "default": {**table["H100"], "source": "H100 fit (GPU given by a path "
+                                                                             "or unknown)"}}, indent=1) + "\n")
         hardware._calibration_table.cache_clear()
+
+    if not args.dry_run:  # the overhead fit simulates with the efficiencies just fitted
+        write(fitted)
     try:
         overheads = fit_overheads(silicon)
+        pooled = {k: float(np.median([f["all"][0][k] for f in overheads.values()])) for k in OVERHEADS}
+        for gpu, entry in fitted.items():
+            entry.setdefault("vidur_layer_overhead_us", entry["layer_overhead_us"])
+            entry.setdefault("vidur_allreduce_latency_us", entry["allreduce_latency_us"])
+            fits = overheads.get(gpu)
+            if fits:
+                terms, n, ape = fits["all"]
+                note = f"{n} calibration rows of silicon_sample.csv, median |rel err| of TPOT {ape:.3f}"
+                entry["backends"] = with_gemm(gpu, {
+                    b: {**f[0], "fit": f"{f[1]} calibration rows, median |rel err| of TPOT {f[2]:.3f}"}
+                    for b, f in fits.items() if b != "all"})
+            else:
+                terms, note = pooled, "median of the other GPUs' fits (no calibration rows)"
+            entry.update(**terms, fit_overheads=note)
+        if not args.dry_run:  # the frontend fit simulates with the pass times just fitted
+            write(fitted)
+        frontend = fit_frontend(silicon, args.frontend_at)
     except BaseException:
-        OUT.write_text(before)  # never leave the efficiencies-only intermediate behind
+        OUT.write_text(before)  # never leave an intermediate table behind
         raise
-    pooled = {k: float(np.median([f["all"][0][k] for f in overheads.values()])) for k in OVERHEADS}
+    gpu_level = [f["all"][0] for g, f in frontend.items() if not g.startswith("backend:") and "all" in f]
+    everywhere = {k: float(np.median([f[k] for f in gpu_level])) for k in FRONTEND}
     for gpu, entry in fitted.items():
-        entry["vidur_layer_overhead_us"] = entry["layer_overhead_us"]
-        entry["vidur_allreduce_latency_us"] = entry["allreduce_latency_us"]
-        fits = overheads.get(gpu)
-        if fits:
-            terms, n, ape = fits["all"]
-            note = f"{n} calibration rows of silicon_sample.csv, median |rel err| of TPOT {ape:.3f}"
-            entry["backends"] = {b: {**f[0], "fit": f"{f[1]} calibration rows, median |rel err| of TPOT {f[2]:.3f}"}
-                                 for b, f in fits.items() if b != "all"}
-        else:
-            terms, note = pooled, "median of the other GPUs' fits (no calibration rows)"
-        entry.update(**terms, fit_overheads=note)
-    fitted["default"] = {**fitted["H100"], "source": "H100 fit (GPU given by a path or unknown)"}
+        fits = frontend.get(gpu, {})
+        terms, n, before_ape, after_ape = fits.get("all", (everywhere, 0, None, None))
+        entry.update(terms)
+        entry["fit_frontend"] = (f"{n} dense calibration rows' TTFT (at {args.frontend_at}): MAPE {before_ape:.3f} -> "
+                                 f"{after_ape:.3f} shifted" if n else "median of the GPUs' fits (too few rows)")
+        for key, fit in frontend.items():
+            if key.startswith("backend:"):
+                backend = key.split(":", 1)[1]
+                own = fits.get(backend)
+                terms, n, b_ape, a_ape = own if own else fit
+                slot = entry["backends"].setdefault(backend, {})
+                slot.update(terms)
+                slot["fit_frontend"] = (f"{n} dense calibration rows' TTFT{'' if own else ' (the backend on every GPU)'}:"
+                                        f" MAPE {b_ape:.3f} -> {a_ape:.3f} shifted")
     out = {gpu: {k: v for k, v in e.items()} for gpu, e in fitted.items()}
+    out["default"] = {**fitted["H100"], "source": "H100 fit (GPU given by a path or unknown)"}
     text = json.dumps(out, indent=1) + "\n"
     print(text)
     if not args.dry_run:

@@ -311,7 +311,7 @@ def main() -> None:
         problems += check_case(args.peer_python, rows, spec, f"case {case}", args.verbose)
     for line in problems[:60]:
         print(line)
-    print(f"{len(problems)} problems" + (f" (first 60 shown)" if len(problems) > 60 else ""))
+    print(f"{len(problems)} problems" + (" (first 60 shown)" if len(problems) > 60 else ""))
     sys.exit(1 if problems else 0)
 
 

@@ -35,9 +35,10 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from silicon_rows import (SILICON_MODELS, calibration_row, concurrency, find_silicon, harness_for,  # noqa: E402
-                          load_rows, precision, simulate_row, skip_reason)
+                          load_rows, precision, simulate_row, skip_reason, ttft_band)
 
 from simkit.spec import ConfigError  # noqa: E402
+from simkit.engine.hardware import load_model  # noqa: E402
 
 
 def main() -> None:
@@ -55,6 +56,9 @@ def main() -> None:
                     help="aic: aiconfigurator-core's measured database (pip install 'simkit[aic]')")
     ap.add_argument("--calibration-rows", action="store_true",
                     help="score the calibration rows instead (to choose settings without the scored rows)")
+    ap.add_argument("--band", action="store_true",
+                    help="also simulate each row with its users desynchronized: the TTFT band [desynchronized, "
+                         "lockstep] and whether the measurement lies in it")
     args = ap.parse_args()
     path = Path(args.silicon) if args.silicon else find_silicon()
     if path is None:
@@ -64,7 +68,7 @@ def main() -> None:
     skipped: Counter = Counter()
     out = []
     for row in load_rows(path):
-        if calibration_row(row["id"]) != args.calibration_rows:
+        if calibration_row(row) != args.calibration_rows:
             skipped["calibration row" if not args.calibration_rows else "scored row"] += 1
             continue
         model = SILICON_MODELS.get(row["model_path"])
@@ -91,6 +95,7 @@ def main() -> None:
                 raise
             skipped[f"aic: {type(exc).__name__}: {str(exc)[:80]}"] += 1
             continue
+        band = ttft_band(row, conc, None, args.latency_model) if args.band else (None, None)
         e_ttft = abs(ttft / row["silicon_ttft_ms"] - 1)
         e_tpot = abs(tpot / row["silicon_tpot_ms"] - 1)
         out.append({"system": row["system"], "model": model, "backend": row["backend"], "mode": row["mode"],
@@ -98,7 +103,9 @@ def main() -> None:
                     "precision": precision(row), "ape_ttft": e_ttft, "ape_tpot": e_tpot,
                     "id": row["id"], "isl": row["isl"], "osl": row["osl"], "concurrency": conc,
                     "ttft_ms": ttft, "silicon_ttft_ms": row["silicon_ttft_ms"],
-                    "tpot_ms": tpot, "silicon_tpot_ms": row["silicon_tpot_ms"]})
+                    "tpot_ms": tpot, "silicon_tpot_ms": row["silicon_tpot_ms"],
+                    "ttft_desync_ms": band[0], "ttft_lockstep_ms": band[1],
+                    "dense": not load_model(model).is_moe})
         if not args.quiet:
             print(f"{row['id'][:60]:60s} c={conc:<5d} TTFT {ttft:9.1f} vs {row['silicon_ttft_ms']:9.1f} "
                   f"TPOT {tpot:7.2f} vs {row['silicon_tpot_ms']:7.2f} ms", flush=True)
@@ -118,6 +125,35 @@ def main() -> None:
     total = res.agg({"ape_ttft": ["mean", "median"], "ape_tpot": ["mean", "median"]}) * 100
     print(f"ALL {len(res)} rows: TTFT MAPE {total.ape_ttft['mean']:.1f}% MdAPE {total.ape_ttft['median']:.1f}%  "
           f"TPOT MAPE {total.ape_tpot['mean']:.1f}% MdAPE {total.ape_tpot['median']:.1f}%")
+    print_targets(res)
+    if args.band:
+        inside = (res.silicon_ttft_ms >= res.ttft_desync_ms) & (res.silicon_ttft_ms <= res.ttft_lockstep_ms)
+        print(f"TTFT band [desynchronized, lockstep]: {int(inside.sum())} of {len(res)} measurements inside; "
+              f"{int((res.silicon_ttft_ms > res.ttft_lockstep_ms).sum())} above, "
+              f"{int((res.silicon_ttft_ms < res.ttft_desync_ms).sum())} below")
+
+
+BLACKWELL = ("b200_sxm", "gb200", "b300_sxm")
+
+
+def print_targets(res: pd.DataFrame) -> None:
+    """MAPE of the slices issue 19 sets targets on (dense rows; MoE reported apart)."""
+    def line(label, d, ttft_target=None, tpot_target=None):
+        if d.empty:
+            print(f"{label}: no rows")
+            return
+        t, p = d.ape_ttft.mean() * 100, d.ape_tpot.mean() * 100
+        goal = f" (targets {ttft_target}% / {tpot_target}%)" if ttft_target else ""
+        print(f"{label}: {len(d)} rows, TTFT MAPE {t:.1f}%, TPOT MAPE {p:.1f}%{goal}")
+
+    dense = res[res.dense]
+    for system in sorted(dense.system.unique()):
+        line(f"  published-client dense, {system}", dense[(dense.system == system) & (dense.harness == "inferencemax")],
+             12, 8)
+    line("  published-client dense, every GPU", dense[dense.harness == "inferencemax"], 12, 8)
+    line("  Blackwell dense (every harness)", dense[dense.system.isin(BLACKWELL)], 15, 10)
+    line("  H100/H200 dense (every harness)", dense[dense.system.isin(("h100_sxm", "h200_sxm"))], 25, 8)
+    line("  MoE (reported, not tuned for)", res[~res.dense])
 
 
 if __name__ == "__main__":

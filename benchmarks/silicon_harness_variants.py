@@ -6,7 +6,7 @@ on the calibration rows (never the scored ones, unless ``--scored``).
 Those rows (``silicon_data_source`` ``aic-auto-gap-analysis``: Dynamo deployments of vLLM,
 SGLang and TRT-LLM, fixed ISL and OSL) do not publish their client or server flags, and
 benchmarks/silicon_rows.py simulates them with fixed lengths, 3 prompts per user and the
-first wave left out. This script replays the dense H100/H200 rows under documented
+first wave left out. This script replays the dense rows under documented
 alternatives and prints TTFT and TPOT MAPE per (system, model, backend) and overall for each:
 
 * ``current``: silicon_rows.harness_for as it is.
@@ -18,31 +18,30 @@ alternatives and prints TTFT and TPOT MAPE per (system, model, backend) and over
   ``max_num_tokens`` = batch + ISL + 1500 (TRT-LLM without chunked prefill, its default);
   SGLang ``max_prefill_tokens`` = ISL + 1500 and ``enable_mixed_chunk`` (chunk 8192, SGLang's
   default on 80-160 GB GPUs).
-* ``jitter``: ``current`` with a client turnaround: each user sends its next prompt an
-  exponential time of mean 2 ms after its last token (breaks the lockstep of identical users).
-* ``aic_rules_jitter``: both.
+* ``aiperf10``, ``aiperf20``: aiperf, the client NVIDIA names for these rows (warm-up until
+  every response is in, then a synchronized burst of C users; aiconfigurator's recipes score
+  10 x C or 20 x C prompts, the burst included).
+* ``*_jitterMS``: a client delay per prompt uniform in [0, MS) ms (``dispatch_jitter_ms``),
+  which breaks the lockstep of identical users; the spread is chosen on calibration rows.
 
-Row ids seed the turnaround draws, so results are deterministic. Takes about a minute.
+Every dense row of that harness, on every GPU. The seeds are the scenario's, so results are
+deterministic.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import sys
+from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from silicon_rows import (SILICON_MODELS, Harness, calibration_row, concurrency, find_silicon,  # noqa: E402
-                          harness_for, load_rows, scenario_for, skip_reason)
+                          harness_for, load_rows, simulate_row, skip_reason)
 
-from simkit import scenario_from_dict
 from simkit.spec import ConfigError  # noqa: E402
-from simkit.core.request import Request  # noqa: E402
-from simkit.sim import simulate  # noqa: E402
 
 DENSE = {"Llama-3.1-8B", "Llama-3.1-70B", "Qwen3-32B"}
 
@@ -58,14 +57,28 @@ def aic_rules(row) -> dict:
                        "enable_mixed_chunk": True}}
 
 
-#: name -> (server settings of a row or None, prompts per user, waves left out, turnaround ms)
+#: name -> (server settings of a row or None, prompts per user, whether the first wave is
+#: scored, client jitter in ms)
 VARIANTS = {
-    "current": (None, 3, 1, 0.0),
-    "genai_perf": (None, 12, 2, 0.0),
-    "aic_rules": (aic_rules, 3, 1, 0.0),
-    "jitter": (None, 3, 1, 2.0),
-    "aic_rules_jitter": (aic_rules, 3, 1, 2.0),
+    "current": (None, 3, False, 0.0),
+    "genai_perf": (None, 12, False, 0.0),  # (2 x C warm-up prompts, then 10 x C scored)
+    "aic_rules": (aic_rules, 3, False, 0.0),
+    # aiperf: warm-up until every response is in (the engine idle again; no prefix caching,
+    # so the warm-up leaves nothing behind), then a burst of C, 10 x C (or 20 x C) scored
+    "aiperf10": (None, 10, True, 0.0),
+    "aiperf20": (None, 20, True, 0.0),
+    **{f"aiperf10_jitter{ms:g}": (None, 10, True, float(ms)) for ms in (2, 10, 50, 200)},
+    **{f"current_jitter{ms:g}": (None, 3, False, float(ms)) for ms in (2, 10, 50, 200)},
 }
+
+
+def variant_harness(row, variant: str) -> Harness:
+    """The row's harness under ``variant`` (see :data:`VARIANTS`)."""
+    engine_of, prompts, first_wave, jitter_ms = VARIANTS[variant]
+    harness = harness_for(row)
+    engine = {**harness.engine, **engine_of(row)} if engine_of is not None else harness.engine
+    return replace(harness, prompts_per_user=prompts, score_first_wave=first_wave, engine=engine,
+                   jitter_ms=jitter_ms)
 
 
 def simulate_variant(row, variant: str) -> tuple[float, float]:
@@ -74,29 +87,7 @@ def simulate_variant(row, variant: str) -> tuple[float, float]:
     Raises:
         ConfigError: the deployment is invalid (e.g. the weights do not fit).
     """
-    engine_of, prompts, waves, turnaround_ms = VARIANTS[variant]
-    conc, harness = concurrency(row), harness_for(row)
-    if engine_of is not None:
-        harness = Harness(harness.name, harness.range_ratio, harness.prompts_per_user,
-                          harness.score_first_wave, {**harness.engine, **engine_of(row)},
-                          harness.kv_cache_dtype)
-    scenario = scenario_from_dict(scenario_for(row, conc, harness=harness), source=row["id"])
-    rng = np.random.default_rng(int.from_bytes(hashlib.sha256(row["id"].encode()).digest()[:8], "little"))
-    isl, osl = int(row["isl"]), int(row["osl"])
-    requests = []
-    for user in range(conc):  # each user a session: prompt k + 1 follows prompt k
-        for k in range(prompts):
-            rid = len(requests)
-            delay = rng.exponential(turnaround_ms) / 1e3 if turnaround_ms and k else 0.0
-            requests.append(Request(rid, 0.0, isl, osl, session=user, deps=(rid - 1,) if k else (),
-                                    delay_s=delay))
-    records = simulate(scenario, requests, record_token_times=False)
-    done = sorted((r for r in records.requests if r.status == "completed"),
-                  key=lambda r: (r.arrived_at, r.rid))
-    done = done[waves * conc:]
-    ttft = np.mean([r.ttft_s for r in done]) * 1e3
-    tpot = np.mean([(r.last_token_at - r.first_token_at) / (r.output_length - 1) for r in done]) * 1e3
-    return float(ttft), float(tpot)
+    return simulate_row(row, concurrency(row), harness=variant_harness(row, variant))
 
 
 def main() -> None:
@@ -112,8 +103,8 @@ def main() -> None:
     path = Path(args.silicon) if args.silicon else find_silicon()
     if path is None:
         sys.exit("silicon_sample.csv not found: pass --silicon (see benchmarks/silicon_accuracy.py)")
-    rows = [r for r in load_rows(path) if calibration_row(r["id"]) != args.scored and not skip_reason(r)
-            and r["system"] in ("h100_sxm", "h200_sxm") and SILICON_MODELS[r["model_path"]] in DENSE
+    rows = [r for r in load_rows(path) if calibration_row(r) != args.scored and not skip_reason(r)
+            and SILICON_MODELS[r["model_path"]] in DENSE
             and harness_for(r).name == "nvidia" and concurrency(r) <= 1024 and r["osl"] > 1]
     out = []
     for variant in variants:

@@ -32,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass, field
+from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 from typing import Optional
@@ -70,9 +71,24 @@ def worker_gpus(row, prefix: str = "") -> int:
     return max(attention, max(1, row[f"{prefix}moe_tp_size"]) * max(1, row[f"{prefix}moe_ep_size"]))
 
 
-def calibration_row(row_id: str) -> bool:
-    """Whether a row belongs to the calibration subset (one in four, by SHA-256 of its id)."""
-    return hashlib.sha256(row_id.encode()).digest()[0] % 4 == 0
+#: the columns that name a deployment: what ran where (model, GPU, engine, precision, mode,
+#: parallelism, batch sizes and worker counts), not the workload or when it was measured
+DEPLOYMENT_COLUMNS = ("system", "model_path", "backend", "mode", "precision", "gemm_quant_mode", "moe_quant_mode",
+                      *INT_COLS)
+
+
+def deployment_key(row) -> str:
+    """The row's deployment and client concurrency, as text (:data:`DEPLOYMENT_COLUMNS`)."""
+    return "|".join(str(row[c]) for c in DEPLOYMENT_COLUMNS) + f"|c{concurrency(row)}"
+
+
+def calibration_row(row) -> bool:
+    """Whether a row belongs to the calibration subset: one deployment-and-concurrency in four,
+    by SHA-256 of :func:`deployment_key`. The CSV repeats measurements under other ids (796
+    DeepSeek and 142 gpt-oss rows are exact copies of others; split by id, 248 groups of copies
+    sat on both sides), so a split by id leaks scored rows into the fit; every ISL/OSL of one
+    deployment at one concurrency falls on one side."""
+    return hashlib.sha256(deployment_key(row).encode()).digest()[0] % 4 == 0
 
 
 def find_silicon() -> Optional[Path]:
@@ -144,6 +160,11 @@ class Harness:
     score_first_wave: bool = False
     engine: dict = field(default_factory=dict)
     kv_cache_dtype: Optional[str] = None
+    #: a client delay per prompt drawn uniformly from [0, jitter_ms) (the scenario's
+    #: ``dispatch_jitter_ms``): identical users fall out of lockstep
+    jitter_ms: float = 0.0
+    #: user u sends its first prompt ``u / C x stagger_s`` late (0: all together, a burst)
+    stagger_s: float = 0.0
 
 
 def _inferencemax_engine(row) -> tuple[dict, Optional[str]]:
@@ -209,6 +230,8 @@ def scenario_for(row, conc: int, overheads: Optional[dict] = None, latency_model
             # worker's host time per request is the per-rank one over the ranks
             moe = load_model(model).is_moe
             extra["sequence_overhead_us"] = load_calibration(gpu, row["backend"], moe).sequence_overhead_us / dp
+        if harness.jitter_ms:
+            extra["dispatch_jitter_ms"] = harness.jitter_ms
         return {"kind": latency_model, "model": model, "gpu": gpu, "precision": prec, "tensor_parallel_size": tp,
                 "kv_cache_dtype": kv_dtype, "backend": row["backend"], **extra}
 
@@ -229,23 +252,40 @@ def scenario_for(row, conc: int, overheads: Optional[dict] = None, latency_model
         pools = {"prefill": {"workers": max(1, row["prefill_num_workers"]), **engine,
                              "latency": latency(ptp, "prefill_")},
                  "decode": {"workers": dworkers, "max_num_seqs": dbatch, **engine}}
+    # the users are chains of prompts (client_requests): each sends its next when the last ends
     return {"name": row["id"], "latency": lat, "pools": pools,
-            "workload": {"kind": "trace", "path": "silicon_sample.csv", "format": "csv", "max_in_flight": conc}}
+            "workload": {"kind": "trace", "path": "silicon_sample.csv", "format": "csv"}}
 
 
 def client_requests(row, conc: int, harness: Harness) -> list[Request]:
-    """The prompts the row's benchmark client sends, all at time 0 (the concurrency slots of
-    the closed loop release them): ISL and OSL uniform in ``[int(r x), x]`` with r the
-    harness's ``range_ratio``, drawn from a generator seeded by the row id (deterministic)."""
+    """The prompts the row's benchmark client sends: ``conc`` users, each a chain of
+    ``prompts_per_user`` prompts (the next sent when the last ends: the client's closed loop),
+    user u's first at ``u / conc x stagger_s``. ISL and OSL uniform in ``[int(r x), x]`` with r
+    the harness's ``range_ratio``, drawn from a generator seeded by the row id (deterministic).
+    A user's first prompt has no ``deps``."""
     isl, osl = int(row["isl"]), int(row["osl"])
-    n = harness.prompts_per_user * conc
+    per = harness.prompts_per_user
+    n = per * conc
     if harness.range_ratio < 1:
         rng = np.random.default_rng(int.from_bytes(hashlib.sha256(row["id"].encode()).digest()[:8], "little"))
         isls = rng.integers(int(isl * harness.range_ratio), isl + 1, size=n)
         osls = rng.integers(int(osl * harness.range_ratio), osl + 1, size=n)
     else:
         isls, osls = np.full(n, isl), np.full(n, osl)
-    return [Request(rid=i, arrived_at=0.0, input_length=int(isls[i]), output_length=int(osls[i])) for i in range(n)]
+    out = []
+    for user in range(conc):
+        start = user / conc * harness.stagger_s
+        for k in range(per):
+            rid = user * per + k
+            out.append(Request(rid=rid, arrived_at=start, input_length=int(isls[rid]), output_length=int(osls[rid]),
+                               session=user, deps=(rid - 1,) if k else ()))
+    return out
+
+
+def _scored(records, harness: Harness) -> list:
+    """The completed requests the client scores: all, or all but each user's first."""
+    return [r for r in records.requests if r.status == "completed"
+            and (harness.score_first_wave or r.rid % harness.prompts_per_user)]
 
 
 def simulate_row(row, conc: int, overheads: Optional[dict] = None, latency_model: str = "roofline",
@@ -261,8 +301,27 @@ def simulate_row(row, conc: int, overheads: Optional[dict] = None, latency_model
     scenario = scenario_from_dict(scenario_for(row, conc, overheads, latency_model, harness), source=row["id"])
     requests = client_requests(row, conc, harness)
     records = simulate(scenario, requests, record_token_times=False)
-    done = [r for r in records.requests if (harness.score_first_wave or r.rid >= conc) and r.status == "completed"]
+    done = _scored(records, harness)
     ttft = np.mean([r.ttft_s for r in done]) * 1e3
     tpots = [(r.last_token_at - r.first_token_at) / (r.output_length - 1) for r in done if r.output_length > 1]
     tpot = np.mean(tpots) * 1e3 if tpots else np.nan
     return float(ttft), float(tpot)
+
+
+def ttft_band(row, conc: int, overheads: Optional[dict] = None, latency_model: str = "roofline",
+              harness: Optional[Harness] = None) -> tuple[float, float]:
+    """Mean TTFT (ms) of the scored requests with the users desynchronized and in lockstep:
+    ``(desynchronized, lockstep)``. Lockstep: every user starts together (the harness as
+    given, without jitter). Desynchronized: user u starts u / C of a cycle late, a cycle being
+    the lockstep run's mean E2E, so the users' prefills spread over it."""
+    harness = harness or harness_for(row)
+    lock = replace(harness, jitter_ms=0.0, stagger_s=0.0)
+    scenario = scenario_from_dict(scenario_for(row, conc, overheads, latency_model, lock), source=row["id"])
+    records = simulate(scenario, client_requests(row, conc, lock), record_token_times=False)
+    done = _scored(records, lock)
+    lockstep = float(np.mean([r.ttft_s for r in done]) * 1e3)
+    cycle = float(np.mean([r.e2e_s for r in done]))
+    spread = replace(lock, stagger_s=cycle)
+    records = simulate(scenario, client_requests(row, conc, spread), record_token_times=False)
+    desync = float(np.mean([r.ttft_s for r in _scored(records, spread)]) * 1e3)
+    return desync, lockstep

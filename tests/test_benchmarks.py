@@ -77,5 +77,10 @@ def test_nvidia_gap_rows_keep_fixed_lengths_and_the_engine_defaults():
     assert sr.harness_for(_row(src, "sglang")).engine == {"async_scheduling": True}
     reqs = sr.client_requests(_row(src, "vllm"), 16, h)
     assert len(reqs) == 48 and {(r.input_length, r.output_length) for r in reqs} == {(1024, 1024)}
-    scenario = sr.scenario_for(_row(src, "vllm"), 16)
-    assert scenario["workload"]["max_in_flight"] == 16  # a closed loop of 16 slots
+    # a closed loop of 16 users: each a chain of 3 prompts, the next sent when the last ends
+    assert [(r.session, r.deps, r.arrived_at) for r in reqs[:4]] == [
+        (0, (), 0.0), (0, (0,), 0.0), (0, (1,), 0.0), (1, (), 0.0)]
+    assert sum(not r.deps for r in reqs) == 16
+    staggered = sr.client_requests(_row(src, "vllm"), 16, sr.replace(h, stagger_s=1.6))
+    assert [r.arrived_at for r in staggered if not r.deps][:3] == [0.0, 0.1, 0.2]  # user u at u/16 x 1.6 s
+    assert "max_in_flight" not in sr.scenario_for(_row(src, "vllm"), 16)["workload"]

@@ -32,7 +32,9 @@ def test_an_overloaded_run_says_so_in_the_summary_on_stderr_and_in_the_table(tmp
     assert sat["overloaded"] is True
     assert sat["offered_requests_per_s"] == pytest.approx(200, rel=0.1)
     assert 20 < sat["served_requests_per_s"] < 40
-    assert sat["backlog_growth_per_s"] > 100 and sat["backlog_at_last_arrival"] > 1000
+    # at the last arrival (7.5 s) more than half of the 1,500 requests still wait for a first
+    # token (at most ~300 served by then, and the 4 x 256 slots fill only as KV allows)
+    assert sat["backlog_growth_per_s"] > 100 and sat["backlog_at_last_arrival"] > 750
     assert "simkit: overloaded: " in captured.err
     assert "OVERLOADED: " in captured.out
 
