@@ -21,8 +21,11 @@ alternatives and prints TTFT and TPOT MAPE per (system, model, backend) and over
 * ``aiperf10``, ``aiperf20``: aiperf, the client NVIDIA names for these rows (warm-up until
   every response is in, then a synchronized burst of C users; aiconfigurator's recipes score
   10 x C or 20 x C prompts, the burst included).
-* ``*_jitterMS``: a client delay per prompt uniform in [0, MS) ms (``dispatch_jitter_ms``),
-  which breaks the lockstep of identical users; the spread is chosen on calibration rows.
+* ``*_jitterMS``: a frontend delay per prompt uniform in [0, MS) ms (``dispatch_jitter_ms``,
+  inside the measured TTFT), which breaks the lockstep of identical users.
+* ``*_thinkMS``: a client turnaround per prompt uniform in [0, MS) ms before it is sent
+  (outside the measured TTFT), which breaks the lockstep too. Spreads are chosen on
+  calibration rows.
 
 Every dense row of that harness, on every GPU. The seeds are the scenario's, so results are
 deterministic.
@@ -58,27 +61,29 @@ def aic_rules(row) -> dict:
 
 
 #: name -> (server settings of a row or None, prompts per user, whether the first wave is
-#: scored, client jitter in ms)
+#: scored, frontend jitter in ms, client turnaround in ms)
 VARIANTS = {
-    "current": (None, 3, False, 0.0),
-    "genai_perf": (None, 12, False, 0.0),  # (2 x C warm-up prompts, then 10 x C scored)
-    "aic_rules": (aic_rules, 3, False, 0.0),
+    "current": (None, 3, False, 0.0, 0.0),
+    "genai_perf": (None, 12, False, 0.0, 0.0),  # (2 x C warm-up prompts, then 10 x C scored)
+    "aic_rules": (aic_rules, 3, False, 0.0, 0.0),
     # aiperf: warm-up until every response is in (the engine idle again; no prefix caching,
     # so the warm-up leaves nothing behind), then a burst of C, 10 x C (or 20 x C) scored
-    "aiperf10": (None, 10, True, 0.0),
-    "aiperf20": (None, 20, True, 0.0),
-    **{f"aiperf10_jitter{ms:g}": (None, 10, True, float(ms)) for ms in (2, 10, 50, 200)},
-    **{f"current_jitter{ms:g}": (None, 3, False, float(ms)) for ms in (2, 10, 50, 200)},
+    "aiperf10": (None, 10, True, 0.0, 0.0),
+    "aiperf20": (None, 20, True, 0.0, 0.0),
+    **{f"aiperf10_jitter{ms:g}": (None, 10, True, float(ms), 0.0) for ms in (2, 10, 50, 200)},
+    **{f"current_jitter{ms:g}": (None, 3, False, float(ms), 0.0) for ms in (2, 10, 50, 200)},
+    **{f"current_think{ms:g}": (None, 3, False, 0.0, float(ms)) for ms in (10, 50, 200, 1000)},
+    **{f"genai_perf_think{ms:g}": (None, 12, False, 0.0, float(ms)) for ms in (50, 200, 1000)},
 }
 
 
 def variant_harness(row, variant: str) -> Harness:
     """The row's harness under ``variant`` (see :data:`VARIANTS`)."""
-    engine_of, prompts, first_wave, jitter_ms = VARIANTS[variant]
+    engine_of, prompts, first_wave, jitter_ms, think_ms = VARIANTS[variant]
     harness = harness_for(row)
     engine = {**harness.engine, **engine_of(row)} if engine_of is not None else harness.engine
     return replace(harness, prompts_per_user=prompts, score_first_wave=first_wave, engine=engine,
-                   jitter_ms=jitter_ms)
+                   jitter_ms=jitter_ms, think_ms=think_ms)
 
 
 def simulate_variant(row, variant: str) -> tuple[float, float]:

@@ -161,8 +161,13 @@ class Harness:
     engine: dict = field(default_factory=dict)
     kv_cache_dtype: Optional[str] = None
     #: a client delay per prompt drawn uniformly from [0, jitter_ms) (the scenario's
-    #: ``dispatch_jitter_ms``): identical users fall out of lockstep
+    #: ``dispatch_jitter_ms``, a frontend delay inside the measured TTFT): identical users
+    #: fall out of lockstep
     jitter_ms: float = 0.0
+    #: a client turnaround per prompt drawn uniformly from [0, think_ms) before it is sent
+    #: (the request's ``delay_s`` after the user's last prompt ends; the first prompt's
+    #: arrival for the first): outside the measured TTFT, as a client's own time is
+    think_ms: float = 0.0
     #: user u sends its first prompt ``u / C x stagger_s`` late (0: all together, a burst)
     stagger_s: float = 0.0
 
@@ -272,13 +277,18 @@ def client_requests(row, conc: int, harness: Harness) -> list[Request]:
         osls = rng.integers(int(osl * harness.range_ratio), osl + 1, size=n)
     else:
         isls, osls = np.full(n, isl), np.full(n, osl)
+    think = np.zeros(n)
+    if harness.think_ms:
+        seed = int.from_bytes(hashlib.sha256(f"{row['id']}/think".encode()).digest()[:8], "little")
+        think = np.random.default_rng(seed).uniform(0.0, harness.think_ms / 1e3, size=n)
     out = []
     for user in range(conc):
         start = user / conc * harness.stagger_s
         for k in range(per):
             rid = user * per + k
-            out.append(Request(rid=rid, arrived_at=start, input_length=int(isls[rid]), output_length=int(osls[rid]),
-                               session=user, deps=(rid - 1,) if k else ()))
+            out.append(Request(rid=rid, arrived_at=start + (0.0 if k else float(think[rid])),
+                               input_length=int(isls[rid]), output_length=int(osls[rid]),
+                               session=user, deps=(rid - 1,) if k else (), delay_s=float(think[rid]) if k else 0.0))
     return out
 
 
@@ -315,7 +325,7 @@ def ttft_band(row, conc: int, overheads: Optional[dict] = None, latency_model: s
     given, without jitter). Desynchronized: user u starts u / C of a cycle late, a cycle being
     the lockstep run's mean E2E, so the users' prefills spread over it."""
     harness = harness or harness_for(row)
-    lock = replace(harness, jitter_ms=0.0, stagger_s=0.0)
+    lock = replace(harness, jitter_ms=0.0, think_ms=0.0, stagger_s=0.0)
     scenario = scenario_from_dict(scenario_for(row, conc, overheads, latency_model, lock), source=row["id"])
     records = simulate(scenario, client_requests(row, conc, lock), record_token_times=False)
     done = _scored(records, lock)

@@ -84,3 +84,10 @@ def test_nvidia_gap_rows_keep_fixed_lengths_and_the_engine_defaults():
     staggered = sr.client_requests(_row(src, "vllm"), 16, sr.replace(h, stagger_s=1.6))
     assert [r.arrived_at for r in staggered if not r.deps][:3] == [0.0, 0.1, 0.2]  # user u at u/16 x 1.6 s
     assert "max_in_flight" not in sr.scenario_for(_row(src, "vllm"), 16)["workload"]
+    # a client turnaround: each prompt waits up to 50 ms before it is sent (the first from time 0,
+    # the others after the user's last prompt ends), the same draws on every call
+    thinking = sr.client_requests(_row(src, "vllm"), 16, sr.replace(h, think_ms=50.0))
+    waits = [r.arrived_at if not r.deps else r.delay_s for r in thinking]
+    assert all(0.0 <= w < 0.05 for w in waits) and len(set(waits)) == 48
+    assert waits == [r.arrived_at if not r.deps else r.delay_s
+                     for r in sr.client_requests(_row(src, "vllm"), 16, sr.replace(h, think_ms=50.0))]
