@@ -268,7 +268,8 @@ class Collector:
         if st is None:
             raise InvariantError(f"request {rid} ended ({status}) but is not in flight: it ended before, "
                                  f"or never arrived (at t={at:.6f} s)")
-        record = st.record(rid, status, at + self.delivery_s if status == COMPLETED else None)
+        delivery = self.delivery_s
+        record = st.record(rid, status, at + delivery if status == COMPLETED else None)
         # a run stopped in the middle of this (a KeyboardInterrupt) keeps the request once:
         # in flight until its record is in the sink (finalize tells which by the flag)
         self._ending = (rid, False)
