@@ -7,11 +7,15 @@
 
 Data (none of it is scored by benchmarks/silicon_accuracy.py except as stated):
 
-1. GEMM and elementwise ops: Vidur's per-layer operator medians (microsoft/vidur, MIT;
-   ``../shared/data/vidur_profiling/{a100,h100}_llama2_*_mlp.csv``): QKV, O, MLP up and down
-   projections plus norms, rotary, activation and residual adds of one layer, for 1..4096
-   tokens at TP 1/2/4/8. Fits ``gemm_compute_eff``, ``gemm_memory_eff`` and the per-layer
-   fixed time ``layer_overhead_us`` (least squares on log time, scipy).
+1. GEMM and elementwise ops: every GPU that aiconfigurator-core's per-op database covers takes
+   its GEMM efficiencies from its own measured GEMM kernels, per weight precision (bf16, fp8,
+   fp4) and per engine's kernels (``fit_gemm_aic``: ``gemm`` and ``backends.<engine>.gemm``,
+   with ``quant_memory_eff`` for the activations' quantisation). Vidur's per-layer operator
+   medians (microsoft/vidur, MIT; ``../shared/data/vidur_profiling/{a100,h100}_llama2_*_mlp.csv``:
+   QKV, O, MLP up and down projections plus norms, rotary, activation and residual adds of one
+   layer, for 1..4096 tokens at TP 1/2/4/8) fit ``gemm_compute_eff``, ``gemm_memory_eff`` and
+   the per-layer fixed time ``layer_overhead_us`` on the A100 and H100 (least squares on log
+   time, scipy; kept as ``vidur_gemm`` where the aic tables replace them).
 2. Attention: ``a100_llama2_70b_tp2_attention.csv`` (prefill by chunk and context, decode by
    batch and context) fits ``attention_compute_eff`` and ``attention_memory_eff`` for the A100
    (kept as ``vidur_attention``); every GPU that aiconfigurator-core's per-op database covers
@@ -19,8 +23,9 @@ Data (none of it is scored by benchmarks/silicon_accuracy.py except as stated):
    kernels, Apache-2.0) takes instead the median fraction of peak its kernels reach where they
    are compute-bound (prefill) or memory-bound (decode) (``fit_attention_aic``). GPUs in
    neither take the A100's Vidur fractions.
-3. All-reduce: ``{a100,h100}_dgx_all_reduce.csv`` (message bytes x GPUs). Fits ``comm_eff``
-   and ``allreduce_latency_us``.
+3. All-reduce: aiconfigurator-core's TRT-LLM custom all-reduce kernels per GPU
+   (``fit_allreduce_aic``), else ``{a100,h100}_dgx_all_reduce.csv`` (message bytes x GPUs;
+   kept as ``vidur_comm_eff``). Fits ``comm_eff`` and ``allreduce_latency_us``.
 4. Host overheads and the all-reduce latency: the calibration subset of aiconfigurator-core's
    ``silicon_sample.csv``, the rows whose ``silicon_rows.calibration_row(row)`` is true
    (SHA-256 of the deployment and concurrency, one in four). Each is simulated exactly as
@@ -39,8 +44,13 @@ Data (none of it is scored by benchmarks/silicon_accuracy.py except as stated):
    ``vidur_allreduce_latency_us`` for reference. benchmarks/silicon_accuracy.py scores only
    the other rows.
 
-GPUs without Vidur tables (H200, B200, GB200, B300, L40S) take the H100 efficiencies (H200 is
-the same Hopper die; for the others it is an assumption, stated in each entry's ``source``).
+5. The serving frontend: ``dispatch_overhead_ms`` (``--frontend-at dispatch``, the default;
+   ``delivery`` fits ``first_token_overhead_ms`` instead, ``split`` half each) is the weighted
+   median of measured minus simulated TTFT over the dense calibration rows, per (GPU, backend)
+   with at least ``MIN_FRONTEND_ROWS`` (8) rows, else the backend over every GPU
+   (``fit_frontend``), then checked by resimulating them (the note gives MAPE before and after).
+
+Each entry's ``source`` and ``fit_*`` notes say where every number came from.
 """
 
 from __future__ import annotations
