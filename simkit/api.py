@@ -9,6 +9,7 @@ records and plot helpers; ``Result.save(dir)`` writes the CLI's files and
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from typing import Any, Mapping, Optional, Sequence, Union
 
 from simkit.spec import ConfigError, Scenario, yaml_load
@@ -126,8 +127,19 @@ def run(scenario: Union[str, os.PathLike, Mapping, Scenario], overrides: Optiona
         simkit.ConfigError: an invalid scenario or override (one message per problem), or a
             policy without its protocol's method.
         simkit.workload.TraceError: the workload's trace file is missing or malformed.
+        ValueError: ``overrides`` that are not a mapping; ``requests`` that are not a non-empty
+            sequence of valid requests (each problem named as a trace line's would be).
     """
 
+    if overrides is not None and not isinstance(overrides, Mapping):
+        raise ValueError(f"overrides: expected a mapping of dotted field to value "
+                         f"({{'pools.decode.workers': 4}}), got {type(overrides).__name__}")
+    if requests is not None:
+        if isinstance(requests, (str, bytes, Mapping)) or not isinstance(requests, Iterable):
+            raise ValueError(f"requests: expected a sequence of simkit.Request, got {type(requests).__name__}")
+        requests = list(requests)
+        if not requests:
+            raise ValueError("requests: empty; expected at least one simkit.Request (an empty trace is refused too)")
     s = record_inputs(_scenario(scenario, overrides))  # saved with the result: a rerun checks them
     if planner is not None and s.planner is None:
         raise ConfigError(["planner: the scenario has no 'planner' section to run this policy in "
@@ -154,14 +166,23 @@ def load_result(out_dir: str, label: Optional[str] = None) -> Result:
 
     Raises:
         FileNotFoundError: the folder lacks summary.json or the request rows.
+        NotADirectoryError: ``out_dir`` is a file, not a folder.
         ValueError: a file that is not UTF-8 or JSON, a corrupt requests.parquet, a malformed
-            line of requests.jsonl (each message names the file, and the line where there is one).
+            line of requests.jsonl (each message names the file, and the line where there is one),
+            request rows that are not the summary's ``requests.total``.
         simkit.ConfigError: its scenario.resolved.yaml is not a valid scenario.
     """
     from simkit import spec
 
+    if os.path.lexists(out_dir) and not os.path.isdir(out_dir):
+        raise NotADirectoryError(f"{out_dir}: not a simkit run folder (expected a folder holding summary.json)")
     summary = read_run_json(os.path.join(out_dir, "summary.json"))
     path = os.path.join(out_dir, "scenario.resolved.yaml")
     scenario = spec.scenario_from_dict(yaml_load(read_run_text(path), path), source=path, resolve=None)
     frame = read_request_rows(out_dir).to_pandas()
+    counts = summary.get("requests") if isinstance(summary, dict) else None
+    total = counts.get("total") if isinstance(counts, dict) else None
+    if isinstance(counts, dict) and (isinstance(total, bool) or not isinstance(total, int) or total != len(frame)):
+        raise ValueError(f"{os.path.join(out_dir, 'summary.json')}: requests.total is {total!r} but the folder's "
+                         f"request rows hold {len(frame)}: a damaged or edited run folder")
     return Result(scenario, summary, frame, None, label or os.path.basename(os.path.normpath(out_dir)))

@@ -73,6 +73,8 @@ def test_nvidia_gap_rows_keep_fixed_lengths_and_the_engine_defaults():
     src = "source_file=/x/aic-auto-gap-analysis/data/h200_sxm/vllm/0.12.0/m.csv"
     h = sr.harness_for(_row(src, "vllm"))
     assert (h.name, h.range_ratio, h.prompts_per_user, h.score_first_wave) == ("nvidia", 1.0, 3, False)
+    # desynchronized users where the family's calibration rows say so (H200 vLLM), else lockstep
+    assert h.desync and not sr.harness_for(dict(_row(src, "trtllm"), system="h100_sxm")).desync
     assert h.engine == {"async_scheduling": False}
     assert sr.harness_for(_row(src, "sglang")).engine == {"async_scheduling": True}
     reqs = sr.client_requests(_row(src, "vllm"), 16, h)

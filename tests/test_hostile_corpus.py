@@ -252,6 +252,11 @@ SCENARIOS = [
 # ============================================================ traces, every format
 
 MOONCAKE = [
+    trace_case("mc-max-output-tokens", '{"timestamp": 0, "input_length": 100, "output_length": 3}\n'
+                                       '{"timestamp": 10, "input_length": 60, "output_length": 4, "max_output_tokens": 400}\n',
+               BAD, at(2) + "field 'max_output_tokens' belongs to the agentic format"),
+    trace_case("mc-request-id-label", '{"timestamp": 0, "input_length": 100, "output_length": 3, "request_id": "a"}\n',
+               0),
     trace_case("mc-ok", lines(mk(), mk(timestamp=10)), 0),
     trace_case("mc-empty", "", BAD, r"the trace has no requests"),
     trace_case("mc-blank-lines", "\n\n  \n", BAD, r"the trace has no requests"),
@@ -361,6 +366,8 @@ AZURE = [
     trace_case("az-ok", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.1,100,3\n"
                         "2023-11-16 18:15:47.1,100,3\n", 0, name="t.csv",
                check=lambda d: arrivals(d / "out") == [0.0, 1000.0]),
+    trace_case("az-arabic-second", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:4\u0667.1,100,3\n", BAD,
+               at(2, "t.csv") + "TIMESTAMP '2023-11-16 18:15:4\u0667.1' is not a date and time", name="t.csv"),
     trace_case("az-bad-date", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-13-45 18:15:46,100,3\n", BAD,
                at(2, "t.csv") + "TIMESTAMP '2023-13-45 18:15:46' is not a date and time", name="t.csv"),
     trace_case("az-superscript", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,\u00b2,3\n", BAD,
@@ -386,6 +393,10 @@ CSV = [
                at(2, "t.csv") + "input_length is \"\u00b2\"; expected an integer from 1 to 2147483648", name="t.csv"),
     trace_case("csv-arabic-digit", "arrival_ms,input_length,output_length\n0,\u0663,3\n", BAD,
                at(2, "t.csv") + "input_length is", name="t.csv"),
+    trace_case("csv-arabic-arrival", "arrival_ms,input_length,output_length\n0,100,3\n\u0663\u0660\u0660,100,3\n", BAD,
+               at(3, "t.csv") + "arrival_ms is", name="t.csv"),
+    trace_case("csv-fullwidth-arrival", "arrival_ms,input_length,output_length\n\uff11,100,3\n", BAD,
+               at(2, "t.csv") + "arrival_ms is", name="t.csv"),
     trace_case("csv-nan-arrival", "arrival_ms,input_length,output_length\nnan,1,1\n", BAD,
                at(2, "t.csv") + "arrival_ms is \"nan\"", name="t.csv"),
     trace_case("csv-inf-arrival", "arrival_ms,input_length,output_length\ninf,1,1\n", BAD,
@@ -468,6 +479,10 @@ GENERIC_TRACE = [
 # ============================================================ the command line
 
 CLI = [
+    C("cli-cap-just-beyond", [str(SCEN / "agg.yaml"), "--set", "max_sim_time_s=1.0000001e9"], BAD,
+      r"'max_sim_time_s' must be at most 1e9 s .*: 1000000100\.0"),
+    C("cli-startup-just-beyond", [str(SCEN / "planner.yaml"), "--set", "pools.prefill.startup_time_s=1000001"], BAD,
+      r"\(1000001\.0 s\) is 100,000\.1 planner ticks"),
     C("cli-no-args", [], BAD, r"^simkit: .*required: scenario"),
     C("cli-missing-scenario", "{in}/nope.yaml", BAD, r"nope\.yaml: cannot read scenario file: No such file"),
     C("cli-scenario-dir", "{in}", BAD, r"cannot read scenario file: Is a directory", files={"x": ""}),
@@ -533,6 +548,10 @@ CLI = [
 SWEEPS = [
     C("sweep-no-grid", ["sweep", str(SCEN / "agg.yaml")], BAD, r"the following arguments are required: --grid"),
     C("sweep-bad-grid", ["sweep", str(SCEN / "agg.yaml"), "--grid", "seed"], BAD, r"--grid 'seed': expected KEY=V1"),
+    C("sweep-grid-empty-value", ["sweep", str(SCEN / "agg.yaml"), "--grid", "pools.aggregated.workers=1,,2"], BAD,
+      r"--grid 'pools.aggregated.workers=1,,2': an empty value"),
+    C("sweep-grid-trailing-comma", ["sweep", str(SCEN / "agg.yaml"), "--grid", "seed=1,"], BAD,
+      r"--grid 'seed=1,': an empty value"),
     C("sweep-grid-twice", ["sweep", str(SCEN / "agg.yaml"), "--grid", "seed=1", "--grid", "seed=2"], BAD,
       r"--grid seed: given twice"),
     C("sweep-huge-grid", ["sweep", str(SCEN / "agg.yaml"), "--grid", "seed=" + ",".join(map(str, range(200))),
@@ -945,3 +964,40 @@ if __name__ == "__main__":  # python tests/test_hostile_corpus.py: pytest in a f
 
     sys.exit(subprocess.call([sys.executable, "-m", "pytest", "-q", os.path.abspath(__file__)],
                              cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+
+def _rows_dropped(d):
+    """A run folder whose requests.jsonl lost a row (the summary still counts it)."""
+    folder = _run_folder(d, "short")
+    (folder / "requests.parquet").unlink()
+    rows = (folder / "requests.jsonl").read_text().splitlines()
+    (folder / "requests.jsonl").write_text("\n".join(rows[:-1]) + "\n")
+    return folder
+
+
+def _nan_summary(d):
+    folder = _run_folder(d, "nan")
+    text = (folder / "summary.json").read_text()
+    (folder / "summary.json").write_text(text.replace('"completed": ', '"completed": NaN, "x": ', 1))
+    return folder
+
+
+ROUND4 = [
+    _api("api-empty-requests", lambda d: _run(AGG, requests=[]), "ValueError", "requests: empty"),
+    _api("api-requests-not-a-sequence", lambda d: _run(AGG, requests=5), "ValueError",
+         "requests: expected a sequence of simkit.Request, got int"),
+    _api("api-overrides-a-list", lambda d: _run(AGG, ["a=1"]), "ValueError", "overrides: expected a mapping"),
+    _api("api-load-result-a-file", lambda d: ((d / "in" / "f.txt").write_text("x"),
+                                              __import__("simkit").load_result(str(d / "in" / "f.txt"))),
+         "NotADirectoryError", "not a simkit run folder"),
+    _api("api-load-result-rows-lost", lambda d: __import__("simkit").load_result(str(_rows_dropped(d))),
+         "ValueError", "request rows hold"),
+    _api("api-load-result-nan", lambda d: __import__("simkit").load_result(str(_nan_summary(d))),
+         "ValueError", "NaN is not a JSON value"),
+]
+
+
+@pytest.mark.parametrize("call, error, match", ROUND4)
+def test_round4_api_case(call, error, match, tmp_path, monkeypatch):
+    """The fourth hostile walk's API cases (the Python API's arguments, damaged run folders)."""
+    test_api_case(call, error, match, tmp_path, monkeypatch)

@@ -234,3 +234,22 @@ def test_policy_params_must_be_a_mapping_and_short_intervals_say_what_they_need(
     with pytest.raises(ConfigError) as info:
         scenario_from_dict({"pools": {"aggregated": {}}, "planner": {"kind": "static", "interval_s": 1e-4}}, "s.yaml")
     assert info.value.messages == ["s.yaml: 'interval_s' must be at least 0.001: 0.0001 @ $.planner.interval_s"]
+
+
+def test_a_policy_module_found_only_in_the_current_folder_is_not_imported(tmp_path, monkeypatch, capsys):
+    # the module lives where the command runs, not in the scenario's folder: Python's import
+    # found it through the current folder on sys.path, the run did not record it as an input,
+    # and its resolved scenario failed to rerun from elsewhere. Now it is refused at once.
+    scen, here = tmp_path / "scen", tmp_path / "here"
+    scen.mkdir()
+    here.mkdir()
+    (here / "onlyhere.py").write_text(textwrap.dedent(MODULE))
+    s = scen / "s.yaml"
+    s.write_text("pools: {aggregated: {workers: 2}}\nrouter: {kind: python, path: 'onlyhere:LastWorker'}\n"
+                 "workload: {kind: synthetic, num_requests: 3}\n")
+    monkeypatch.chdir(here)
+    monkeypatch.syspath_prepend(str(here))  # as `python -m` puts the current folder first
+    assert main([str(s), "--out", str(tmp_path / "o"), "--no-plots"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot import module 'onlyhere'" in err and str(scen) in err
+    assert not (tmp_path / "o").exists()

@@ -191,6 +191,26 @@ def test_an_interrupted_force_sweep_keeps_the_old_one_and_shows_the_new_runs(tmp
     assert os.listdir(tmp_path / "sw.partial") == ["run000"]
 
 
+def test_an_interrupted_sweep_into_a_new_relative_folder_claims_no_earlier_results(tmp_path, monkeypatch, capsys):
+    # --out given relative and new: the message said "(sw keeps its earlier results)"
+    from simkit.cli import points
+
+    original, calls = points._run_one, {"n": 0}
+
+    def second_interrupts(*a):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt
+        return original(*a)
+
+    monkeypatch.setattr(points, "_run_one", second_interrupts)
+    monkeypatch.chdir(tmp_path)
+    assert main(["sweep", str(REPO / "scenarios" / "agg.yaml"), "--grid", "seed=1,2", "--out", "sw",
+                 "--set", "workload.num_requests=4", "--jobs", "1"]) == 130
+    assert capsys.readouterr().err.strip() == "simkit: sweep interrupted; the finished runs are in sw (no sweep.csv)"
+    assert os.listdir(tmp_path / "sw") == ["run000"]
+
+
 #: a small scenario priced by the polynomial model (so that signal_at_pass can stop it)
 POLY = """name: base
 seed: 1
@@ -449,3 +469,26 @@ def test_the_resolved_scenario_reruns_from_any_folder_with_the_same_digest(tmp_p
     assert main([str(out / "scenario.resolved.yaml"), "--out", str(again), "--no-plots", "--quiet"]) == 0
     digest = [json.loads((d / "summary.json").read_text())["run_digest"] for d in (out, again)]
     assert digest[0] == digest[1]
+
+
+def test_a_rerun_names_every_missing_input_a_policy_module_too(tmp_path, capsys):
+    # both the trace and the router's module deleted: the rerun named only the trace (the
+    # module was looked up in its folder, found nowhere, and left out of the check)
+    import textwrap
+
+    from test_policies import MODULE
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "pol.py").write_text(textwrap.dedent(MODULE))
+    write(data / "t.jsonl", TRACE)
+    (data / "s.yaml").write_text("pools: {aggregated: {workers: 2}}\nrouter: {kind: python, path: 'pol:LastWorker'}\n"
+                                 "workload: {kind: trace, path: t.jsonl}\n")
+    out = tmp_path / "run"
+    assert main([str(data / "s.yaml"), "--out", str(out), "--no-plots", "--quiet"]) == 0
+    (data / "pol.py").unlink()
+    (data / "t.jsonl").unlink()
+    assert main([str(out / "scenario.resolved.yaml"), "--out", str(tmp_path / "b")]) == 2
+    err = capsys.readouterr().err
+    assert f"input {data / 't.jsonl'}, which the run" in err and f"input {data / 'pol.py'}, which the run" in err
+    assert not (tmp_path / "b").exists()

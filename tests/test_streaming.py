@@ -118,3 +118,25 @@ def test_cli_stream_writes_the_same_rows_and_refuses_bad_input(tmp_path, capsys)
     closed = str(REPO / "scenarios" / "closed_loop.yaml")
     assert main([closed, "--stream", "--out", str(tmp_path / "c"), "--quiet"]) == 2
     assert "--stream cannot replay a closed loop" in capsys.readouterr().err
+
+
+def test_a_trace_changed_while_a_stream_reads_it_is_named_and_nothing_written(tmp_path, monkeypatch, capsys):
+    # --stream reads the trace as the run goes: a file edited meanwhile gave records of both
+    # versions, exit 0, and the old file's SHA-256 under inputs. Now: exit 1, nothing written.
+    from simkit.sim import Simulation
+
+    lines = [f'{{"timestamp": {i * 100}, "input_length": 50, "output_length": 3}}' for i in range(50)]
+    path = write(tmp_path, lines)
+    original = Simulation.run
+
+    def edit_then_run(self, *a, **k):
+        with open(path, "a") as f:
+            f.write('{"timestamp": 99999, "input_length": 50, "output_length": 3}\n')
+        return original(self, *a, **k)
+
+    monkeypatch.setattr(Simulation, "run", edit_then_run)
+    out = tmp_path / "o"
+    assert main([DISAGG, "--trace", path, "--stream", "--out", str(out), "--quiet", "--no-plots"]) == 1
+    err = capsys.readouterr().err
+    assert f"{path} (SHA-256 " in err and "changed while the run read it" in err and "nothing written" in err
+    assert not out.exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".simkit")]

@@ -59,7 +59,7 @@ def parse_grid(items: Sequence[str]) -> list[tuple[str, list[Any]]]:
     quotes do not split values).
 
     Raises:
-        ConfigError: a malformed item, or a key given twice.
+        ConfigError: a malformed item, an empty value, or a key given twice.
     """
     grid, seen = [], set()
     for item in items:
@@ -70,7 +70,10 @@ def parse_grid(items: Sequence[str]) -> list[tuple[str, list[Any]]]:
         if key in seen:
             raise ConfigError([f"--grid {key}: given twice"])
         seen.add(key)
-        grid.append((key, [yaml_load(v.strip(), source=f"--grid {key}") for v in _split_values(text)]))
+        values = _split_values(text)
+        if any(not v.strip() for v in values):  # 'workers=1,,2': a slip, not a null point
+            raise ConfigError([f"--grid {item!r}: an empty value; give each value (write null for none)"])
+        grid.append((key, [yaml_load(v.strip(), source=f"--grid {key}") for v in values]))
     return grid
 
 
@@ -194,7 +197,7 @@ def _sweep(args, grid: list, combos: list, common: list, out: str, work: str) ->
                 print("simkit: sweep interrupted before a run finished; nothing written", file=sys.stderr)
                 return 130
             where = _keep(work, out)
-            kept = f" ({out} keeps its earlier results)" if where != os.path.realpath(out) else ""
+            kept = f" ({out} keeps its earlier results)" if os.path.realpath(where) != os.path.realpath(out) else ""
             print(_printable(f"simkit: sweep interrupted; the finished runs are in {where}{kept} (no sweep.csv)"),
                   file=sys.stderr)
             return 130

@@ -118,8 +118,10 @@ class _FolderFinder:
 
 def module_files(spec) -> list[str]:
     """The source files a Python policy's module is made of, found in its ``search_path``
-    without importing it: each package's ``__init__.py`` on the way and the module's own file
-    (empty when the module is not in ``search_path``)."""
+    without importing it: each package's ``__init__.py`` on the way and the module's own file.
+    A module not in ``search_path`` gives the file it would be there (``MODULE/PATH.py``,
+    absent): a run does not record it (an installed module), a rerun whose recorded module
+    was deleted names it among the missing inputs."""
     module_name = spec.path.partition(":")[0]
     if spec.search_path is None:
         return []
@@ -128,11 +130,25 @@ def module_files(spec) -> list[str]:
     for i in range(len(parts)):
         found = importlib.machinery.PathFinder.find_spec(".".join(parts[: i + 1]), locations)
         if found is None:
-            return []
+            return [os.path.abspath(os.path.join(spec.search_path, *parts) + ".py")]
         if found.origin and os.path.isfile(found.origin):
             files.append(os.path.abspath(found.origin))
         locations = list(found.submodule_search_locations or [])
     return files
+
+
+def _import_installed(module_name: str):
+    """``importlib.import_module`` without the current folder on the path: a module that is
+    not in the policy's folder comes from the installed packages, never from wherever the
+    command happens to run (such a module was used, not recorded as an input, and a rerun from
+    another folder could not find it)."""
+    cwd = os.path.realpath(os.getcwd())
+    saved = list(sys.path)
+    sys.path[:] = [p for p in saved if os.path.realpath(p or os.curdir) != cwd]
+    try:
+        return importlib.import_module(module_name)
+    finally:
+        sys.path[:] = saved
 
 
 def _import_fresh(module_name: str, search_path: Optional[str]):
@@ -142,7 +158,7 @@ def _import_fresh(module_name: str, search_path: Optional[str]):
     from the folder are dropped after it."""
     top = module_name.split(".")[0]
     if search_path is None or top == "simkit" or importlib.machinery.PathFinder.find_spec(top, [search_path]) is None:
-        return importlib.import_module(module_name)  # not in the folder: Python's own import
+        return _import_installed(module_name)  # not in the folder: Python's own import
     root = os.path.realpath(search_path)
     importlib.invalidate_caches()  # a module or folder created since the last import is seen
 

@@ -385,11 +385,16 @@ def read_run_json(path: str, what: str = "a simkit summary"):
 
     Raises:
         OSError: missing or not a regular file.
-        ValueError: not UTF-8 (``PATH:LINE``), not JSON (its line and column), nested too deeply.
+        ValueError: not UTF-8 (``PATH:LINE``), not JSON (its line and column; NaN and Infinity
+            are not JSON), nested too deeply.
     """
     text = read_run_text(path)
+
+    def not_a_number(name: str):  # Python's json reads NaN and Infinity; simkit never writes them
+        raise ValueError(f"{path}: not JSON ({name} is not a JSON value); expected {what}")
+
     try:
-        return json.loads(text)
+        return json.loads(text, parse_constant=not_a_number)
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path}: not JSON ({exc.msg}, line {exc.lineno} column {exc.colno})") from None
     except RecursionError:

@@ -53,7 +53,7 @@ def _finite(_inst: Any, attribute: attrs.Attribute, value: Any) -> None:
         limit = _own_limit(attribute)
         if limit is not None and value > limit:  # the field's own bound is the one to name
             raise FieldValueError(attribute.name, f"'{attribute.name}' must be <= {limit}: {value!r}")
-        raise FieldValueError(attribute.name, f"'{attribute.name}' must be at most {sci(MAX_FLOAT)}: {value:g}")
+        raise FieldValueError(attribute.name, f"'{attribute.name}' must be at most {sci(MAX_FLOAT)}: {exact(value)}")
 
 
 def _own_limit(attribute: attrs.Attribute) -> Optional[float]:
@@ -103,6 +103,12 @@ TIME_UNITS = {"_s": ("s", MAX_SIM_TIME_S), "_ms": ("ms", MAX_SIM_TIME_S * 1e3),
 MIN_RATE_PER_S = 1.0 / MAX_SIM_TIME_S
 
 
+def exact(value: float) -> str:
+    """``value`` short (``:g``) when that is exact, else in full (``repr``): a value beyond a
+    bound must not be shown rounded to one within it (1.0000001e9 as ``1e+09``)."""
+    return f"{value:g}" if float(f"{value:g}") == value else repr(value)
+
+
 def sci(value: float) -> str:
     """A round limit as messages write it: 1e9, 1e12, 1e-09 -> 1e-9."""
     mantissa, _, exponent = f"{value:.0e}".partition("e")
@@ -143,12 +149,12 @@ def _time_problem(name: str, value: Any) -> Optional[str]:
     if name.endswith("_per_s"):
         if 0 < value < MIN_RATE_PER_S:
             return (f"'{name}' must be at least {sci(MIN_RATE_PER_S)} (one per {sci(MAX_SIM_TIME_S)} s, the "
-                    f"longest simulated time): {value:g}")
+                    f"longest simulated time): {exact(value)}")
         return None
     unit = next((u for suffix, u in TIME_UNITS.items() if name.endswith(suffix)), None)
     if unit is not None and abs(value) > unit[1]:
         return (f"'{name}' must be at most {sci(unit[1])} {unit[0]} (simulated times stay within 1e9 s, about "
-                f"31 years): {value:g}")
+                f"31 years): {exact(value)}")
     return None
 
 

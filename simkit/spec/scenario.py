@@ -14,7 +14,7 @@ from typing import Optional
 import attrs
 from attrs import field, frozen
 
-from simkit.spec.base import FieldValueError, _pos, time_field_problem
+from simkit.spec.base import FieldValueError, _pos, exact, time_field_problem
 from simkit.spec.cluster import (LinkSpec, PlannerSpec, RoundRobinRouter, RouterQueueSpec, RouterSpec,
                                  SlaPlanner, SlaSpec)
 from simkit.spec.latency import DeploymentLatency, LatencySpec, PolynomialLatency
@@ -92,9 +92,10 @@ class Scenario:
             for name, pool in self.pools.named():
                 ticks = pool.startup_time_s / self.planner.interval_s
                 if ticks > MAX_STARTUP_TICKS:
+                    shown = f"{ticks:,.0f}" if ticks == int(ticks) else f"{ticks:,}"  # never rounded to the limit
                     raise FieldValueError(
                         f"pools.{name}.startup_time_s",
-                        f"'startup_time_s' ({pool.startup_time_s:g} s) is {ticks:,.0f} planner ticks of interval_s "
+                        f"'startup_time_s' ({exact(pool.startup_time_s)} s) is {shown} planner ticks of interval_s "
                         f"({self.planner.interval_s:g} s), more than {MAX_STARTUP_TICKS:,} for a worker to start; "
                         "raise planner.interval_s or lower startup_time_s")
             budget = self.planner.gpu_budget

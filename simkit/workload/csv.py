@@ -24,6 +24,8 @@ __all__ = ["azure_rows", "csv_rows"]
 def _azure_ms(text: str, path: str, line: int) -> tuple[int, float]:
     """(day ordinal, ms since that day's midnight) of an Azure ``TIMESTAMP``."""
     try:
+        if not text.isascii():  # int() and float() read any script's digits ('4٧' as 47)
+            raise ValueError
         date_part, _, time_part = text.partition(" ")
         day = datetime.date.fromisoformat(date_part).toordinal()
         hh, mm, ss = time_part.split(":")
@@ -64,6 +66,8 @@ def _header_rows(spec: TraceWorkload, azure: bool):
             ts = (day - day0) * 86_400_000.0 + ms
         else:
             try:
+                if not cells[time_col].isascii():  # float() reads any script's digits
+                    raise ValueError
                 ts = float(cells[time_col])
                 if not (math.isfinite(ts) and 0 <= ts <= 1e15):
                     raise ValueError

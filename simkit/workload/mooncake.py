@@ -9,8 +9,10 @@ from simkit.workload.common import Row, duration_field, foreign_fields, hash_ids
 __all__ = ["mooncake_rows"]
 
 #: agentic fields, which a Mooncake reader would drop: a line carrying one is refused
+#: (``max_output_tokens`` too: beside ``output_length`` one of the two would silently win;
+#: a ``request_id`` is a label a Mooncake line may carry, read as nothing)
 AGENTIC_ONLY = {"wait_for": "agentic", "first_ready_timestamp_ms": "agentic",
-                "delay_after_dependencies_ms": "agentic"}
+                "delay_after_dependencies_ms": "agentic", "max_output_tokens": "agentic"}
 
 
 def mooncake_rows(spec: TraceWorkload):

@@ -189,7 +189,7 @@ def stream_trace(spec: TraceWorkload) -> Iterator[Request]:
             if t0 is None:
                 t0 = ts
             if last is not None and ts < last[1]:
-                raise TraceError(spec.path, row.line, f"timestamp {ts:g} is earlier than the previous line's "
+                raise TraceError(spec.path, row.line, f"{row.ts_field} {ts:g} is earlier than the previous line's "
                                                       f"{last[1]:g}; streaming needs lines in time order (sort "
                                                       "the file, or replay without streaming)")
             at = _arrival_s(row, t0, spec)
