@@ -166,33 +166,8 @@ def test_a_signal_while_a_sweep_writes_its_table_waits_for_the_table(tmp_path, m
     assert not [n for n in os.listdir(tmp_path) if n.startswith(".simkit")]
 
 
-def test_an_interrupted_force_sweep_keeps_the_old_one_and_shows_the_new_runs(tmp_path, monkeypatch, capsys):
-    from simkit.cli import points
-
-    out = tmp_path / "sw"
-    args = ["sweep", str(REPO / "scenarios" / "agg.yaml"), "--grid", "seed=1,2", "--out", str(out),
-            "--set", "workload.num_requests=4", "--jobs", "1"]
-    assert main(args) == 0
-    old = (out / "sweep.csv").read_text()
-    original = points._run_one
-    calls = {"n": 0}
-
-    def second_interrupts(*a):
-        calls["n"] += 1
-        if calls["n"] == 2:
-            raise KeyboardInterrupt
-        return original(*a)
-
-    monkeypatch.setattr(points, "_run_one", second_interrupts)
-    assert main(args + ["--force"]) == 130
-    assert f"the finished runs are in {tmp_path / 'sw.partial'} ({out} keeps its earlier results)" \
-        in capsys.readouterr().err
-    assert (out / "sweep.csv").read_text() == old
-    assert os.listdir(tmp_path / "sw.partial") == ["run000"]
-
-
-def test_an_interrupted_sweep_into_a_new_relative_folder_claims_no_earlier_results(tmp_path, monkeypatch, capsys):
-    # --out given relative and new: the message said "(sw keeps its earlier results)"
+def _interrupt_the_second_point(monkeypatch) -> None:
+    """A batch's second point is stopped by Ctrl-C as it starts (the first runs for real)."""
     from simkit.cli import points
 
     original, calls = points._run_one, {"n": 0}
@@ -204,6 +179,26 @@ def test_an_interrupted_sweep_into_a_new_relative_folder_claims_no_earlier_resul
         return original(*a)
 
     monkeypatch.setattr(points, "_run_one", second_interrupts)
+
+
+def test_an_interrupted_force_sweep_keeps_the_old_one_and_shows_the_new_runs(tmp_path, monkeypatch, capsys):
+
+    out = tmp_path / "sw"
+    args = ["sweep", str(REPO / "scenarios" / "agg.yaml"), "--grid", "seed=1,2", "--out", str(out),
+            "--set", "workload.num_requests=4", "--jobs", "1"]
+    assert main(args) == 0
+    old = (out / "sweep.csv").read_text()
+    _interrupt_the_second_point(monkeypatch)
+    assert main(args + ["--force"]) == 130
+    assert f"the finished runs are in {tmp_path / 'sw.partial'} ({out} keeps its earlier results)" \
+        in capsys.readouterr().err
+    assert (out / "sweep.csv").read_text() == old
+    assert os.listdir(tmp_path / "sw.partial") == ["run000"]
+
+
+def test_an_interrupted_sweep_into_a_new_relative_folder_claims_no_earlier_results(tmp_path, monkeypatch, capsys):
+    # --out given relative and new: the message said "(sw keeps its earlier results)"
+    _interrupt_the_second_point(monkeypatch)
     monkeypatch.chdir(tmp_path)
     assert main(["sweep", str(REPO / "scenarios" / "agg.yaml"), "--grid", "seed=1,2", "--out", "sw",
                  "--set", "workload.num_requests=4", "--jobs", "1"]) == 130
