@@ -229,3 +229,28 @@ def test_recommend_refuses_a_space_value_the_scenario_refuses_before_any_trial(t
     assert main(["recommend", AGG, "--gpus", "4", "--space", space, "--trials", "1", "--out", str(out)]) == 2
     assert message in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_point_labels_stay_inside_the_axes_and_apart():
+    # a label at the right edge was clipped ('prefil...'): it is now written left of its point;
+    # two points at one place get labels one above the other
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from simkit.output.plots import _labels
+
+    fig = Figure(figsize=(6, 4))
+    ax = fig.add_subplot()
+    ax.set_xlim(0, 10)
+    ax.set_ylim(0, 10)
+    _labels(fig, ax, [(9.9, 5.0, "pools.prefill.workers=2, pools.decode.workers=3"), (5.0, 5.0, "a=1"),
+                      (5.0, 5.0, "a=2")])
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    fig.canvas.draw()
+    boxes = [t.get_window_extent(renderer) for t in ax.texts]
+    right = ax.get_window_extent(renderer).x1
+    assert len(boxes) == 3 and all(b.x1 <= right + 1 for b in boxes)
+    assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])

@@ -312,7 +312,8 @@ def pareto(table, knobs: Sequence[str], sla_fraction: float = 0.9, title: Option
 
 def _labels(fig, ax, points: Sequence[tuple[float, float, str]]) -> None:
     """Annotate ``points`` (x, y, text), nudging each label up past the ones already placed
-    whose boxes it would overlap (in display space, after a draw)."""
+    whose boxes it would overlap (in display space, after a draw); a label that would run past
+    the axes' right edge is written to the left of its point."""
     if not points:
         return
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -321,10 +322,17 @@ def _labels(fig, ax, points: Sequence[tuple[float, float, str]]) -> None:
     canvas.draw()  # the axes limits and transforms the labels are measured in
     renderer = canvas.get_renderer()
     placed = []
+    right = ax.get_window_extent(renderer).x1
     for x, y, text in sorted(points, key=lambda p: (p[1], p[0])):
         note = ax.annotate(text, (x, y), fontsize=7, xytext=(4, 4), textcoords="offset points")
         note.set_in_layout(False)  # (a label nudged far up must not squeeze the axes)
         box = note.get_window_extent(renderer)
+        dx = 4
+        if box.x1 > right:  # clipped at the right edge: the label goes left of its point
+            dx = -4
+            note.set_position((dx, 4))
+            note.set_horizontalalignment("right")
+            box = note.get_window_extent(renderer)
         shift = 0.0
         for _ in range(len(placed) + 1):
             moved = box.translated(0, shift)
@@ -333,7 +341,7 @@ def _labels(fig, ax, points: Sequence[tuple[float, float, str]]) -> None:
                 break
             shift += hit.y1 - moved.y0 + 1
         if shift:
-            note.set_position((4, 4 + shift * 72.0 / fig.dpi))
+            note.set_position((dx, 4 + shift * 72.0 / fig.dpi))
         placed.append(box.translated(0, shift))
 
 
