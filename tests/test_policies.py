@@ -253,3 +253,15 @@ def test_a_policy_module_found_only_in_the_current_folder_is_not_imported(tmp_pa
     err = capsys.readouterr().err
     assert "cannot import module 'onlyhere'" in err and str(scen) in err
     assert not (tmp_path / "o").exists()
+
+
+def test_a_policy_module_that_is_a_fifo_is_named_as_such(tmp_path, capsys):
+    import os
+
+    os.mkfifo(tmp_path / "fifopol.py")
+    s = tmp_path / "s.yaml"
+    s.write_text("pools: {aggregated: {workers: 1}}\nrouter: {kind: python, path: 'fifopol:P'}\n"
+                 "workload: {kind: synthetic, num_requests: 2}\n")
+    assert main([str(s), "--out", str(tmp_path / "o"), "--no-plots"]) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'fifopol.py'} is not a regular file" in err and not (tmp_path / "o").exists()

@@ -50,6 +50,10 @@ def load_policy(spec, what: str) -> Callable[[], object]:
         module = _import_fresh(module_name, spec.search_path)
     except (Exception, SystemExit) as exc:  # the user's module: any error while importing it is theirs
         reason = " ".join(f"{type(exc).__name__}: {exc}".split())
+        if spec.search_path is not None:  # its file is there but not one Python reads (a FIFO)
+            candidate = os.path.join(spec.search_path, *module_name.split(".")) + ".py"
+            if os.path.lexists(candidate) and not os.path.isfile(candidate):
+                reason = f"{candidate} is not a regular file"
         raise ConfigError([f"{what}: cannot import module {module_name!r} (search path "
                            f"{spec.search_path}): {reason} @ {where}"]) from None
     cls = getattr(module, class_name, None)
