@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 
+import attrs
+
 import pandas as pd
 import pytest
 
@@ -82,6 +84,9 @@ def test_the_backlog_counts_requests_waiting_for_a_first_token():
     sat = _saturation(record_columns(recs))
     assert sat["backlog_at_last_arrival"] == 2 and sat["offered_requests_per_s"] == 1.0
     assert sat["served_requests_per_s"] == 2 / 3.0  # 2 completed over (3.0 - 0.0) s
+    # arrivals 1e-290 s apart (a generated case): no rate is measured over that, nothing raised
+    tiny = [attrs.evolve(r, arrived_at=r.arrived_at * 1e-290) for r in recs]
+    assert _saturation(record_columns(tiny)) is None
 
 
 def test_capacity_finds_a_rate_that_holds_and_10_percent_more_does_not(tmp_path, capsys):

@@ -330,7 +330,7 @@ def _saturation(cols: dict) -> Optional[dict]:
     and ends the window at least 20 requests deep (queueing theory: below saturation the
     queue of a stable system does not grow; above it, it grows at the offered minus the served
     rate). ``rejected``: requests refused (they are not backlog; the verdict names them).
-    ``verdict``: one line saying so. None with fewer than 2 releases or all at one instant."""
+    ``verdict``: one line saying so. None with fewer than 2 releases or all within a nanosecond."""
     arrived = cols["arrived_at"]
     status = cols["status"]
     released_all = ~np.isnan(arrived)
@@ -341,11 +341,14 @@ def _saturation(cols: dict) -> Optional[dict]:
         return None
     t0, t1 = float(np.min(arrived[released_all])), float(np.max(arrived[released_all]))
     window = t1 - t0
+    if window < 1e-9:  # released within a nanosecond: one instant as far as rates go
+        return None
     served_first = np.where(np.isnan(cols["first_token_at"]), cols["finished_at"], cols["first_token_at"])[kept]
     served_first = np.sort(served_first[~np.isnan(served_first)])
     times = np.linspace(t0, t1, _BACKLOG_SAMPLES)
     backlog = (np.searchsorted(released, times, side="right") - np.searchsorted(served_first, times, side="right"))
-    growth = float(np.polyfit(times, backlog.astype(float), 1)[0])
+    # (fitted on the window scaled to [0, 1], then back to per second: better conditioned)
+    growth = float(np.polyfit((times - t0) / window, backlog.astype(float), 1)[0]) / window
     offered = (int(np.count_nonzero(released_all)) - 1) / window
     completed = cols["finished_at"][status == "completed"]
     served = len(completed) / (float(completed.max()) - t0) if len(completed) and completed.max() > t0 else 0.0
