@@ -381,6 +381,11 @@ def test_any_request_the_api_accepts_runs_to_completion(field, value):
     except ValueError as exc:
         assert str(exc).startswith("requests[")
         return
+    if field == "arrived_at" and records.stop_reason == "time_limit":
+        # accepted at the clock's very limit (1e9 s), its service lies beyond it: the run stops
+        # there, as the README says of times that add up beyond it; nothing else may
+        assert value > MAX_SIM_TIME_S - 1 and [r.status for r in records.requests] == ["completed", "incomplete"]
+        return
     assert records.stop_reason == "completed"
     assert all(r.status in ("completed", "rejected") for r in records.requests)
     assert all(r.ttft_s is None or r.ttft_s > 0 for r in records.requests)
