@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import signal
-import threading
 from typing import Any, Iterable, Optional, Sequence
 
 import simpy
@@ -43,6 +41,7 @@ from simkit.cluster.pool import WorkerPool
 from simkit.core.records import RunRecords
 from simkit.core.request import Request, check_requests
 from simkit.core.rng import RngStreams
+from simkit.core.signals import SignalsBetweenEvents
 from simkit.cluster.kv_router import KvAware
 from simkit.cluster.router import Router
 from simkit.engine.scheduler import private_suffixes
@@ -82,6 +81,23 @@ def record_inputs(scenario: Scenario) -> Scenario:
     return attrs.evolve(scenario, inputs=digests or None)
 
 
+def changed_inputs(inputs: Optional[dict]) -> list[tuple[str, str, Optional[str]]]:
+    """``(path, recorded SHA-256, now)`` for each file of ``inputs`` (a scenario's recorded
+    ``inputs``) whose SHA-256 is not the recorded one now: ``now`` is its digest, None when
+    the file is gone, or ``unreadable (reason)``."""
+    out = []
+    for path, digest in (inputs or {}).items():
+        try:
+            now: Optional[str] = sha256_file(path)
+        except FileNotFoundError:
+            now = None
+        except OSError as exc:
+            now = f"unreadable ({exc.strerror or exc})"
+        if now != digest:
+            out.append((path, digest, now))
+    return out
+
+
 def check_inputs(scenario: Scenario) -> Scenario:
     """``scenario`` unchanged when every file recorded in its ``inputs`` that it still reads
     is there with the recorded SHA-256 (files an override replaced are not checked).
@@ -93,18 +109,11 @@ def check_inputs(scenario: Scenario) -> Scenario:
         return scenario
     current = {path for _, path in input_files(scenario)}
     problems = []
-    for path, digest in scenario.inputs.items():
-        if path not in current:
-            continue
-        try:
-            now = sha256_file(path)
-        except FileNotFoundError:
+    for path, digest, now in changed_inputs({p: d for p, d in scenario.inputs.items() if p in current}):
+        if now is None:
             problems.append(("$.inputs", f"input {path}, which the run that wrote this scenario read, is missing; "
                                          "restore it, or delete its line under 'inputs' to run without it"))
-            continue
-        except OSError as exc:
-            now = f"unreadable ({exc.strerror or exc})"
-        if now != digest:
+        else:
             problems.append(("$.inputs", f"input {path} changed since the run that wrote this scenario read it "
                                          f"(SHA-256 {digest[:12]}..., now {now[:40]}); restore it, or delete its "
                                          "line under 'inputs' to run on the new file"))
@@ -475,57 +484,6 @@ class Simulation:
         if arrived != sum(where.values()):
             parts = " + ".join(f"{k} {v}" for k, v in where.items())
             raise InvariantError(f"at t={now:.6f} s, requests not conserved: arrived {arrived} != {parts}")
-
-
-class SignalsBetweenEvents:
-    """``with SignalsBetweenEvents() as signals:`` while a run steps its events, a SIGINT or
-    SIGTERM handled by Python (the default KeyboardInterrupt, the command line's handler) waits
-    for the event under way to end: the run calls :meth:`deliver` between two events, which
-    calls the handler in place then. In the middle of an event a request may be half way
-    through being released, routed or recorded as ended; a KeyboardInterrupt there lost it
-    from the partial records. A second signal before the first is delivered is delivered at
-    once (an event that never ends is still interrupted). Leaving the block restores the
-    handlers and delivers what is pending. Only on the main thread (the only one signals
-    reach); handlers that are not Python functions (SIG_DFL, SIG_IGN) are left alone.
-    """
-
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-    def __init__(self) -> None:
-        self.pending: list = []  #: (signal number, frame) not yet delivered
-        self.saved: dict = {}
-
-    def __enter__(self) -> "SignalsBetweenEvents":
-        if threading.current_thread() is threading.main_thread():
-            for sig in self.SIGNALS:
-                handler = signal.getsignal(sig)
-                if callable(handler):
-                    self.saved[sig] = handler
-                    signal.signal(sig, self._defer)
-        return self
-
-    def _defer(self, signum, frame) -> None:
-        self.pending.append((signum, frame))
-        if len(self.pending) > 1:
-            self.deliver()
-
-    def deliver(self) -> None:
-        """Call the saved handler of each pending signal, in order; the first exception one
-        raises (KeyboardInterrupt) is raised once all were called."""
-        raised = None
-        while self.pending:
-            signum, frame = self.pending.pop(0)
-            try:
-                self.saved[signum](signum, frame)
-            except BaseException as exc:  # noqa: BLE001 - raised below, after the others
-                raised = raised or exc
-        if raised is not None:
-            raise raised
-
-    def __exit__(self, *exc) -> None:
-        for sig, handler in self.saved.items():
-            signal.signal(sig, handler)
-        self.deliver()  # a signal during the last event is not lost
 
 
 def build(scenario: Scenario, requests: Optional[Iterable[Request]] = None,

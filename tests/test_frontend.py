@@ -60,6 +60,10 @@ def test_the_summary_splits_ttft_into_parts_whose_shares_sum_to_one():
     assert parts["frontend"]["mean"] == pytest.approx(3.0) and parts["first_token_overhead"]["p99"] == pytest.approx(2.0)
     assert sum(p["share"] for p in parts.values()) == pytest.approx(1.0, abs=1e-9)
     assert parts["transfer"]["mean"] > 0  # 800 tokens of KV at 25 GB/s
+    # the summary's columns and each request's own parts are one definition, computed two ways
+    for name, stats in parts.items():
+        mine = [r.ttft_components[name] for r in records.requests]
+        assert stats["mean"] == pytest.approx(1e3 * sum(mine) / len(mine), rel=1e-9, abs=1e-9)
 
 
 def test_models_without_a_frontend_fit_add_nothing():

@@ -16,11 +16,10 @@ from typing import Sequence
 from simkit import __version__
 from simkit.cli.common import _check_out, _default_out, _fail, _Interrupts, _Parser, _printable
 from simkit.spec import TRACE_FORMATS, ConfigError, parse_overrides
-from simkit.core.files import sha256_file
 from simkit.core.records import ABNORMAL_STOPS
 from simkit.output.files import beside, claim_folder, folder_content, sibling_tmp_dir, write_run
 from simkit.output.report import render_text, summarize
-from simkit.sim import build, input_files, load_scenario, record_inputs
+from simkit.sim import build, changed_inputs, input_files, load_scenario, record_inputs
 from simkit.workload import TraceError
 
 
@@ -148,21 +147,6 @@ def _simulate_and_write(args, argv: list, interrupts: _Interrupts, scenario, out
             shutil.rmtree(spool_dir, ignore_errors=True)
 
 
-def _changed_inputs(scenario) -> list:
-    """The input files whose SHA-256 now differs from the one recorded when the run started
-    (``scenario.inputs``), or that are gone, each as ``'PATH'`` with its digests."""
-    changed = []
-    for path, digest in (scenario.inputs or {}).items():
-        try:
-            now = sha256_file(path)
-        except OSError:
-            now = None
-        if now != digest:
-            changed.append(f"{path} (SHA-256 {digest[:12]}... at the start, "
-                           f"{'gone' if now is None else now[:12] + '... now'})")
-    return changed
-
-
 def _run_and_write(args, argv: list, interrupts: _Interrupts, scenario, out_dir: str, sim, wall0: float) -> int:
     load_s = time.perf_counter() - wall0
     if not args.quiet and sys.stderr.isatty():
@@ -177,11 +161,13 @@ def _run_and_write(args, argv: list, interrupts: _Interrupts, scenario, out_dir:
         return 1
     interrupts.defer = True  # from here on a signal only waits for the results to be written
     if args.stream:  # read while the run went on: a file changed meanwhile gave mixed records
-        changed = _changed_inputs(scenario)
+        changed = changed_inputs(scenario.inputs)
         if changed:
-            print(_printable(f"simkit: the run stopped: {changed[0]} changed while the run read it (--stream reads "
-                             "it as the run goes): the records mix both versions; nothing written, rerun"),
-                  file=sys.stderr)
+            path, digest, now = changed[0]
+            print(_printable(f"simkit: the run stopped: {path} (SHA-256 {digest[:12]}... at the start, "
+                             f"{'gone' if now is None else now[:40] + ' now'}) changed while the run read it "
+                             "(--stream reads it as the run goes): the records mix both versions; nothing "
+                             "written, rerun"), file=sys.stderr)
             return 1
     run_s = time.perf_counter() - wall0 - load_s
     summary = summarize(records, scenario.sla)

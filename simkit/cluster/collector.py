@@ -38,7 +38,8 @@ class _Live:
                  "handed_off_at", "decode_admitted_at", "cached_tokens", "prefill_worker", "decode_worker",
                  "times", "priority", "verify_rounds", "accepted_drafts", "frontend_s", "delivery_s")
 
-    def __init__(self, request: Request, at: float, times: Optional[array]) -> None:
+    def __init__(self, request: Request, at: float, times: Optional[array], frontend_s: float,
+                 delivery_s: float) -> None:
         self.input_length = request.input_length
         self.output_length = request.output_length
         self.arrived_at = at
@@ -51,7 +52,7 @@ class _Live:
         self.times = times
         self.priority = request.priority
         self.verify_rounds = self.accepted_drafts = 0
-        self.frontend_s = self.delivery_s = 0.0
+        self.frontend_s, self.delivery_s = frontend_s, delivery_s
 
     def record(self, rid: int, status: str, finished_at: Optional[float]) -> RequestRecord:
         return RequestRecord(
@@ -87,15 +88,15 @@ class Collector:
     """
 
     def __init__(self, env: simpy.Environment, requests, record_token_times: bool = True,
-                 expected: Optional[int] = None, sink=None, frontend_s: float = 0.0,
-                 delivery_s: float = 0.0) -> None:
+                 expected: Optional[int] = None, sink=None) -> None:
         self.env = env
-        #: the frontend's time before the router (recorded per request; the source waits it)
-        self.frontend_s = frontend_s
+        #: the frontend's time before the router (recorded per request; the source waits it);
+        #: set by the simulation from its latency model
+        self.frontend_s = 0.0
         #: the frontend's time from the engine's tokens to the client: token and end times are
         #: recorded that much later, and what waits for a request's end (a session's next turn, a
         #: closed-loop slot) hears of it then
-        self.delivery_s = delivery_s
+        self.delivery_s = 0.0
         self.requests = requests
         self.record_token_times = record_token_times
         self.live: dict[int, _Live] = {}
@@ -154,8 +155,7 @@ class Collector:
     def arrived(self, rid: int, at: float) -> None:
         times = array("d") if self.token_times is not None else None
         request = self.requests[rid]
-        st = self.live[rid] = _Live(request, at, times)
-        st.frontend_s, st.delivery_s = self.frontend_s, self.delivery_s
+        self.live[rid] = _Live(request, at, times, self.frontend_s, self.delivery_s)
         if times is not None:
             self.token_times[rid] = times
         self.arrived_count += 1

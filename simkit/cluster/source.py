@@ -43,12 +43,12 @@ class Source:
     request that ends so that what waits for it can follow."""
 
     def __init__(self, env: simpy.Environment, requests: Iterable[Request], router_queue: simpy.Store,
-                 probe: Probe, max_in_flight: Optional[int] = None, stream: bool = False,
-                 frontend_s: float = 0.0) -> None:
+                 probe: Probe, max_in_flight: Optional[int] = None, stream: bool = False) -> None:
         self.env = env
         self.router_queue = router_queue
         #: the frontend's time between a request's release (the client's send) and the router
-        self.frontend_s = frontend_s
+        #: (set by the simulation from its latency model, as are the two below)
+        self.frontend_s = 0.0
         #: plus, per request, a client delay drawn uniformly from [0, ``jitter_s``) by request id
         #: (its own stream ``{seed}/frontend/{rid}``: the same whatever the release order)
         self.jitter_s = 0.0

@@ -24,7 +24,7 @@ import math
 from functools import lru_cache
 
 from simkit.spec import AicLatency
-from simkit.engine.latency.base import _decode_run_by_passes
+from simkit.engine.latency.base import _decode_run_by_passes, set_deployment_terms
 from simkit.engine.hardware import aic_model_path, aic_system, load_calibration, load_model
 from simkit.core.units import S_PER_MS
 
@@ -89,13 +89,7 @@ class AicModel:
         self.calls = 0  #: aiconfigurator calls made (cache misses)
         # the frontend's times (s): the spec's, else those fitted for the GPU and backend (the
         # roofline model's; they lie outside the engine, whichever model prices its passes)
-        cal = load_calibration(spec.gpu, spec.backend, load_model(spec.model).is_moe)
-        self.dispatch_overhead_s = (cal.dispatch_overhead_ms if spec.dispatch_overhead_ms is None
-                                    else spec.dispatch_overhead_ms) * S_PER_MS
-        self.dispatch_jitter_s = spec.dispatch_jitter_ms * S_PER_MS
-        self.min_s_per_token = 1.0 / spec.host_output_tokens_per_s if spec.host_output_tokens_per_s else 0.0
-        self.first_token_overhead_s = (cal.first_token_overhead_ms if spec.first_token_overhead_ms is None
-                                       else spec.first_token_overhead_ms) * S_PER_MS
+        set_deployment_terms(self, spec, load_calibration(spec.gpu, spec.backend, load_model(spec.model).is_moe))
 
     def exact_ms(self, prefill_tokens: int, decode_requests: int, context_per_request: int) -> float:
         """aiconfigurator's pass time (ms) for the shape, without the cache."""

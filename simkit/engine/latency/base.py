@@ -14,7 +14,26 @@ from __future__ import annotations
 
 from typing import Protocol
 
-__all__ = ["LatencyModel"]
+from simkit.core.units import S_PER_MS
+
+__all__ = ["LatencyModel", "set_deployment_terms"]
+
+
+def set_deployment_terms(model, spec, cal) -> None:
+    """Set on ``model`` (a roofline or aic model) the terms of its deployment ``spec``
+    (:class:`simkit.spec.RooflineLatency` or ``AicLatency``) that lie outside the GPU's passes:
+    ``dispatch_overhead_s`` and ``first_token_overhead_s`` (the frontend's times, s: the spec's,
+    else those fitted for the GPU and backend in ``cal``, a
+    :class:`simkit.engine.hardware.Calibration`; applied by the cluster, not to passes, so
+    ``speedup_ratio`` does not scale them), ``dispatch_jitter_s`` and ``min_s_per_token``
+    (1 / ``host_output_tokens_per_s``, 0 without that opt-in limit)."""
+    model.dispatch_overhead_s = (cal.dispatch_overhead_ms if spec.dispatch_overhead_ms is None
+                                 else spec.dispatch_overhead_ms) * S_PER_MS
+    model.first_token_overhead_s = (cal.first_token_overhead_ms if spec.first_token_overhead_ms is None
+                                    else spec.first_token_overhead_ms) * S_PER_MS
+    model.dispatch_jitter_s = spec.dispatch_jitter_ms * S_PER_MS
+    rate = spec.host_output_tokens_per_s
+    model.min_s_per_token = 1.0 / rate if rate else 0.0
 
 
 class LatencyModel(Protocol):

@@ -14,7 +14,7 @@ from simkit.spec import RooflineLatency
 from simkit.engine.hardware import (PRECISION_BYTES, Calibration, GpuSpec, ModelArch, kv_shard_fraction,
                                     load_calibration, load_gpu, load_model)
 from simkit.core.units import S_PER_MS
-from simkit.engine.latency.base import _decode_run_by_passes
+from simkit.engine.latency.base import _decode_run_by_passes, set_deployment_terms
 
 __all__ = ["OpCost", "RooflineModel"]
 
@@ -142,15 +142,7 @@ class RooflineModel:
         self.allreduce_bytes_per_token = 2 * a.num_layers * 2 * a.hidden_size
         self.overhead_s = a.num_layers * c.layer_overhead_us * 1e-6 + c.pass_overhead_ms * S_PER_MS
         self.sequence_overhead_s = (c.sequence_overhead_us + a.num_layers * c.request_layer_overhead_us) * 1e-6
-        #: the frontend's times (s), the spec's or the fitted ones (applied by the cluster, not
-        #: to passes; speedup_ratio does not scale them)
-        self.dispatch_overhead_s = (c.dispatch_overhead_ms if spec.dispatch_overhead_ms is None
-                                    else spec.dispatch_overhead_ms) * S_PER_MS
-        self.dispatch_jitter_s = spec.dispatch_jitter_ms * S_PER_MS
-        rate = spec.host_output_tokens_per_s
-        self.min_s_per_token = 1.0 / rate if rate else 0.0
-        self.first_token_overhead_s = (c.first_token_overhead_ms if spec.first_token_overhead_ms is None
-                                       else spec.first_token_overhead_ms) * S_PER_MS
+        set_deployment_terms(self, spec, c)  # the frontend's times and the opt-in host limit
         self._token_part: dict[int, float] = {}
 
     def _roof(self, name: str, flops: float, nbytes: float, flops_per_s: float,
