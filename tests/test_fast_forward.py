@@ -7,6 +7,7 @@ time caps. Equality is on the whole ``RunRecords``: every timestamp of every tok
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -248,3 +249,53 @@ def test_a_prefix_hit_at_admission_releases_a_request_held_for_prefill_load_as_s
     slow = build(scenario, requests, fast_forward=False, record_passes=True).run()
     assert fast == slow
     assert [r.dispatched_at for r in fast.requests[14:]] == [r.dispatched_at for r in slow.requests[14:]]
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="known inexact case, open: async scheduling, a router queue's "
+                   "max_queued_prefill_tokens and a threshold planner; rid 14 goes to worker 1 fast-forwarded, "
+                   "worker 0 stepped (a deferred 641-token arrival is still counted on worker 0 at 0.98 s)")
+def test_a_deferred_arrival_after_a_cut_run_is_seen_by_the_router_as_stepping():
+    # Found by the routed property (a local run of 8,000 examples, after this stop's fixes). Kept
+    # strict: it fails CI once fixed, so the marker goes with the fix.
+    scenario = scenario_from_dict({
+        "latency": {"kind": "constant", "prefill_ms": 10.0, "decode_ms": 4.0},
+        "pools": {"aggregated": {"workers": 1, "block_size": 16, "num_gpu_blocks": 40, "max_num_batched_tokens": 64,
+                                 "max_num_seqs": 3, "enable_prefix_caching": False, "async_scheduling": True}},
+        "router": {"kind": "least_loaded"},
+        "router_queue": {"policy": "fcfs", "max_queued_prefill_tokens": 600},
+        "planner": {"kind": "threshold", "interval_s": 0.05, "scale_down_delay_s": 0.0,
+                    "scale_up_kv_usage": 0.7, "scale_down_kv_usage": 0.2,
+                    "scale_up_queued_prefill_tokens": 16384, "scale_down_queued_prefill_tokens": 1024},
+        "sla": {"ttft_ms": 400.0, "itl_ms": 60.0}})
+    rows = [(0.0, 1, 0, (0,), 0, ()),
+            (0.0, 1, 0, (0,), 0, (0,)),
+            (0.0, 1, 0, (0,), 0, (1,)),
+            (0.0, 1, 0, (0,), 0, (2,)),
+            (0.0, 1, 0, (0,), 4, ()),
+            (0.0, 1, 0, (0,), 4, (4,)),
+            (0.0, 1, 0, (0,), 4, (5,)),
+            (0.0, 1, 0, (0,), 4, (6,)),
+            (0.0, 1, 4, (0,), 8, ()),
+            (0.0, 1, 108, (0,), 8, (8,)),
+            (0.0, 1, 0, (0,), 8, (9,)),
+            (0.0, 1, 102, (0,), 8, (10,)),
+            (0.40625, 136, 94, (0, 1, 2), 12, ()),
+            (0.40625, 193, 19, (0, 1, 2, 3), 12, (12,)),
+            (0.40625, 1, 0, (0,), 12, (13,)),
+            (0.71875, 1, 0, (0,), 12, (14,)),
+            (0.71875, 641, 0, (0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10), 16, ()),
+            (0.953125, 106, 51, (0, 1), 16, (16,)),
+            (0.953125, 641, 0, (0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10), 16, (17,)),
+            (0.953125, 641, 0, (0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10), 16, (18,)),
+            (0.96830844, 641, 0, (0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10), 20, ()),
+            (0.96830844, 641, 0, (0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10), 20, (20,)),
+            (0.96830844, 1, 0, (0,), 20, (21,)),
+            (0.96830844, 1117, 0, (300, 301, 302, 303, 304, 305, 306, 307, 308, 309, 310, 311, 312, 313, 314, 315, 316, 317), 20, (22,)),
+            (1.3228564347351497, 121, 117, (300, 301), 24, ()),
+            (1.3228564347351497, 1, 0, (200,), 24, (24,))]
+
+    requests = [Request(rid, at, isl, osl, hashes, 64, session=session, deps=deps)
+                for rid, (at, isl, osl, hashes, session, deps) in enumerate(rows)]
+    fast = build(scenario, requests, fast_forward=True, record_passes=True).run()
+    slow = build(scenario, requests, fast_forward=False, record_passes=True).run()
+    assert fast == slow
