@@ -7,7 +7,6 @@ time caps. Equality is on the whole ``RunRecords``: every timestamp of every tok
 
 from __future__ import annotations
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -251,12 +250,14 @@ def test_a_prefix_hit_at_admission_releases_a_request_held_for_prefill_load_as_s
     assert [r.dispatched_at for r in fast.requests[14:]] == [r.dispatched_at for r in slow.requests[14:]]
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="known inexact case, open: async scheduling, a router queue's "
-                   "max_queued_prefill_tokens and a threshold planner; rid 14 goes to worker 1 fast-forwarded, "
-                   "worker 0 stepped (a deferred 641-token arrival is still counted on worker 0 at 0.98 s)")
-def test_a_deferred_arrival_after_a_cut_run_is_seen_by_the_router_as_stepping():
-    # Found by the routed property (a local run of 8,000 examples, after this stop's fixes). Kept
-    # strict: it fails CI once fixed, so the marker goes with the fix.
+def test_a_message_sent_from_a_later_ranked_boundary_at_a_pass_end_waits_for_the_next_pass_end():
+    # Found by the routed property (a local run of 8,000 examples). Worker 0 is in a decode run
+    # (passes end at 0.976 and 0.980 s); at 0.976 s worker 1's boundary (rank 1, after worker 0's
+    # of that instant) rejects rid 20 (641 tokens > 40 x 16), which releases rid 21 to worker 0.
+    # Stepping, worker 0 had already formed its 0.976 s pass, so rid 21 waits in the inbox until
+    # worker 0 idles at 0.980 s and is then rejected at once: the 0.980 s routing of rid 14 sees
+    # worker 0 free (queued prefill 0 <= 600). The run used to be cut at 0.976 s, deferring rid 21
+    # (async scheduling) past the 0.980 s decision, where it still counted 641 > 600 queued.
     scenario = scenario_from_dict({
         "latency": {"kind": "constant", "prefill_ms": 10.0, "decode_ms": 4.0},
         "pools": {"aggregated": {"workers": 1, "block_size": 16, "num_gpu_blocks": 40, "max_num_batched_tokens": 64,

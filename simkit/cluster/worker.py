@@ -52,13 +52,31 @@ LATE = 2
 
 class PassBoundary(Event):
     """An event that fires at the current instant after all urgent and normal events; among
-    boundaries of the same instant, lower ``rank`` first."""
+    boundaries of the same instant, lower ``rank`` first. When it fires it marks the
+    environment (``env.last_boundary``: its time and rank), so a fast-forwarded run can tell
+    whether its own boundary of this instant would already have been decided
+    (:func:`boundary_passed`)."""
 
     def __init__(self, env: simpy.Environment, rank: int = 0) -> None:
         super().__init__(env)
         self._ok = True
         self._value = None
+        self.rank = rank
+        self.callbacks.append(_mark_boundary)
         env.schedule(self, LATE + rank)
+
+
+def _mark_boundary(event: PassBoundary) -> None:
+    env = event.env
+    env.last_boundary = (env.now, event.rank)
+
+
+def boundary_passed(env: simpy.Environment, rank: int) -> bool:
+    """Whether a boundary of a later ``rank`` than ``rank`` has fired at this instant: then the
+    boundary ``rank`` of this instant is already past (boundaries fire in rank order), and a
+    message that arrives now is taken at that worker's next pass boundary, not this one."""
+    mark = getattr(env, "last_boundary", None)
+    return mark is not None and mark[0] == env.now and mark[1] > rank
 
 
 class DecodeRun:
@@ -599,7 +617,9 @@ class Worker:
         SimPy time. They are laid out in doubling chunks (128, 256, ... passes) so that a run
         cut short wastes little; a run stops after ``MAX_RUN_PASSES`` (the next goes on). A
         message arriving in the inbox cuts the run at the first pass end at or after its
-        arrival, the boundary where the per-pass path would take it.
+        arrival, the boundary where the per-pass path would take it (the next one when it
+        arrives at a pass end after that instant's boundary of this worker's rank would have
+        fired: sent from a later-ranked worker's or the planner's boundary).
         Tokens and completions are applied at the end, with their per-pass times, or earlier
         in pieces when something reads the worker's state mid-run (:meth:`settle`).
 
@@ -666,6 +686,8 @@ class Worker:
         n = len(ends)
         if msg is not None and env.now < ends[-1]:
             n = bisect_left(ends, env.now) + 1  # the first pass end >= the arrival
+            if ends[n - 1] == env.now and boundary_passed(env, self.rank):
+                n += 1  # it arrived after that pass end's boundary (sent by a later-ranked one)
             run.passes = n
             if ends[n - 1] > env.now:
                 yield env.timeout_at(ends[n - 1])
