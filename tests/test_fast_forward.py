@@ -101,7 +101,7 @@ def routed_cases(draw):
     """Scenarios whose decisions read worker state at every instant: every router kind (KV-aware
     with its knobs and event lag, least loaded, session affinity, a Python policy), router
     queue thresholds, sessions with follow-up turns released when a turn ends, a planner that
-    observes the pools, both link sharings and placements."""
+    observes the pools, every link sharing and both placements."""
     scenario, requests = draw(cases())
     data = {}
     router = draw(st.sampled_from(["kv_aware", "least_loaded", "session_affinity", "python", "round_robin"]))
@@ -125,8 +125,8 @@ def routed_cases(draw):
                            "interval_s": draw(st.sampled_from([0.05, 0.3]))}
         data["sla"] = {"ttft_ms": 400.0, "itl_ms": 60.0}
     if scenario.mode == "disaggregated":
-        sharing = draw(st.sampled_from(["channels", "uncontended"]))
-        data["link"] = {"sharing": sharing, "channels": 1 if sharing == "uncontended" else scenario.link.channels,
+        sharing = draw(st.sampled_from(["channels", "uncontended", "fair"]))
+        data["link"] = {"sharing": sharing, "channels": scenario.link.channels if sharing == "channels" else 1,
                         "timing_mode": "full_prompt" if paired else draw(st.sampled_from(["full_prompt",
                                                                                            "destination_missing"]))}
     scenario = override(scenario, data)

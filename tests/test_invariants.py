@@ -68,7 +68,8 @@ def scenarios(draw):
         data = {"pools": {"prefill": pool, "decode": dict(pool, workers=draw(st.integers(1, 3)),
                                                           speculative=speculative)},
                 "link": {"bandwidth_gb_per_s": draw(st.sampled_from([None, 5.0])),
-                         "latency_ms": draw(st.sampled_from([0.0, 2.0]))}}
+                         "latency_ms": draw(st.sampled_from([0.0, 2.0])),
+                         "sharing": draw(st.sampled_from(["channels", "uncontended", "fair"]))}}
     return scenario_from_dict(data)
 
 

@@ -261,11 +261,12 @@ def test_router_settings_that_cannot_be_honoured_are_one_line_errors(router, mes
         scenario_from_dict({"pools": {"aggregated": {}}, "router": dict({"kind": "kv_aware"}, **router)})
 
 
-def test_an_uncontended_link_takes_no_channels():
+@pytest.mark.parametrize("sharing", ["uncontended", "fair"])
+def test_an_uncontended_or_fair_link_takes_no_channels(sharing):
     from simkit.spec import ConfigError
 
-    with pytest.raises(ConfigError, match="'channels' has no effect with 'sharing: uncontended'"):
-        scenario_from_dict({"pools": {"prefill": {}, "decode": {}}, "link": {"sharing": "uncontended", "channels": 2}})
+    with pytest.raises(ConfigError, match=f"'channels' has no effect with 'sharing: {sharing}'"):
+        scenario_from_dict({"pools": {"prefill": {}, "decode": {}}, "link": {"sharing": sharing, "channels": 2}})
 
 
 def test_a_kv_router_alias_is_read_as_its_field_and_the_resolved_scenario_names_only_the_field():

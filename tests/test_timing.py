@@ -101,6 +101,20 @@ def test_link_channels_serialise_transfers():
     assert recs[1].handed_off_at * 1000 == ms(P(2000) + 2 * ser)
 
 
+def test_link_fair_sharing_splits_the_bandwidth_between_transfers_under_way():
+    # the same two prompts, prefilled in one pass, end together: with 'sharing: fair' both move
+    # at once at half the bandwidth each, so both land after twice one serialisation time
+    recs = run([req(0, 0, 1000, 2), req(1, 0, 1000, 2)], mode="disaggregated",
+               link={"bandwidth_gb_per_s": 1.0, "latency_ms": 0.5, "sharing": "fair"})
+    ser = 1000 * 131072 / 1e9 * 1000
+    assert recs[0].handed_off_at * 1000 == ms(P(2000) + 2 * ser + 0.5)
+    assert recs[1].handed_off_at * 1000 == ms(P(2000) + 2 * ser + 0.5)
+    # one prompt alone: the whole bandwidth
+    (r,) = run([req(0, 0, 1000, 2)], mode="disaggregated",
+               link={"bandwidth_gb_per_s": 1.0, "sharing": "fair"})
+    assert r.handed_off_at * 1000 == ms(P(1000) + ser)
+
+
 def test_constant_latency_model():
     # prefill pass 10 ms, then one decode pass of 4 ms per further token
     (r,) = run([req(0, 0, 100, 4)], latency={"kind": "constant", "prefill_ms": 10.0, "decode_ms": 4.0})

@@ -1,7 +1,9 @@
 """The KV-cache handoff link between the prefill and the decode pool.
 
 Owns a ``Resource`` of ``channels`` (concurrent transfers; with ``sharing: uncontended`` none:
-every transfer moves at the full bandwidth at once, as the reference's handoff) and puts arrived
+every transfer moves at the full bandwidth at once, as the reference's handoff; with ``sharing:
+fair`` a :class:`~simkit.cluster.transfer.FairShare`: every transfer at once, the bandwidth split
+equally among those under way) and puts arrived
 requests on the handoff ``Store`` that the router's decode dispatcher reads. Transfer time =
 serialisation (prompt tokens * ``kv_bytes_per_token`` / bandwidth, holding one channel) +
 propagation latency, the split ns.py makes between a port and a wire. The source worker keeps
@@ -25,6 +27,7 @@ from simkit.cluster.probe import Probe
 from simkit.core.request import Request
 from simkit.core.units import BYTES_PER_GB, S_PER_MS
 from simkit.cluster.messages import Decide, Handoff
+from simkit.cluster.transfer import FairShare
 
 
 class KvLink:
@@ -40,6 +43,9 @@ class KvLink:
         #: ``uncontended`` every transfer moves at the full bandwidth at once (None)
         self.channels = simpy.Resource(env, capacity=spec.channels) if spec.sharing == "channels" else None
         self.bytes_per_s = None if spec.bandwidth_gb_per_s is None else spec.bandwidth_gb_per_s * BYTES_PER_GB
+        #: ``sharing: fair`` with a bandwidth: the processor-sharing link
+        self.fair = (FairShare(env, self.bytes_per_s)
+                     if spec.sharing == "fair" and self.bytes_per_s is not None else None)
         self.latency_s = spec.latency_ms * S_PER_MS
         self.in_flight = 0  #: requests whose KV is on the link
         #: destination_missing: picks (and reserves) a decode worker for a request whose prefill
@@ -69,7 +75,8 @@ class KvLink:
         when every pass ending now is complete).
 
         Yields: with ``place``, a :class:`Decide`; a channel of the link (``sharing:
-        channels``); the serialisation timeout; the latency timeout.
+        channels``); the serialisation timeout (with ``sharing: fair``, the end of the shared
+        transfer); the latency timeout.
         """
         request = handoff.request
         dest: Optional[object] = None
@@ -80,7 +87,10 @@ class KvLink:
             if dest is not None:
                 tokens = request.input_length - dest.cached_prompt_tokens(request)
         if self.bytes_per_s is not None:
-            if self.channels is None:
+            if self.fair is not None:
+                n = request.input_length if tokens is None else tokens
+                yield self.fair.transfer(n * self.spec.kv_bytes_per_token)
+            elif self.channels is None:
                 yield self.env.timeout(self.transfer_s(request, tokens))
             else:
                 with self.channels.request() as channel:

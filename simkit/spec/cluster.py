@@ -19,7 +19,8 @@ class LinkSpec:
     """The KV-cache handoff link between the prefill and the decode pool.
 
     Transfer time = tokens * ``kv_bytes_per_token`` / bandwidth + latency; with ``sharing:
-    channels`` one transfer per channel at a time, with ``uncontended`` all at once. ``bandwidth_gb_per_s: null`` makes serialisation instantaneous (the
+    channels`` one transfer per channel at a time, with ``uncontended`` all at once, with
+    ``fair`` all at once sharing the bandwidth equally. ``bandwidth_gb_per_s: null`` makes serialisation instantaneous (the
     reference's default). ``kv_bytes_per_token`` defaults to the roofline latency model's KV
     bytes per token when the scenario names a model, else to Llama-3.1-8B in bf16:
     2 (K and V) * 32 layers * 8 KV heads * 128 head dim * 2 bytes = 131072 (REFERENCE.md s5).
@@ -36,14 +37,15 @@ class LinkSpec:
     #: cache holds them then) cross (REFERENCE.md s5)
     timing_mode: Literal["full_prompt", "destination_missing"] = "full_prompt"
     #: how concurrent transfers share the link: ``channels`` (at most ``channels`` transfers at
-    #: once, each at the full bandwidth, the others wait in order) or ``uncontended`` (every
+    #: once, each at the full bandwidth, the others wait in order), ``uncontended`` (every
     #: transfer at the full bandwidth at once, no waiting: the reference's handoff, measured on
-    #: ai-dynamo-runtime 1.6.1)
-    sharing: Literal["channels", "uncontended"] = "channels"
+    #: ai-dynamo-runtime 1.6.1) or ``fair`` (every transfer at once, the bandwidth split equally
+    #: among those under way: processor sharing, :class:`simkit.cluster.transfer.FairShare`)
+    sharing: Literal["channels", "uncontended", "fair"] = "channels"
 
     def __attrs_post_init__(self) -> None:
-        if self.sharing == "uncontended" and self.channels != 1:
-            raise FieldValueError("channels", "'channels' has no effect with 'sharing: uncontended' "
+        if self.sharing != "channels" and self.channels != 1:
+            raise FieldValueError("channels", f"'channels' has no effect with 'sharing: {self.sharing}' "
                                   "(every transfer runs at once): remove it or use 'sharing: channels'")
 
 
