@@ -246,7 +246,8 @@ class Simulation:
                     worker.kv_watched = self._kv_watched
                     if self._kv_listener is not None:
                         worker.publish_kv_events(self._kv_listener, event_lag_s)
-                worker.sched.private_ids = private
+                # (with a host tier every prompt block keeps its identity: it is stored and found there)
+                worker.sched.private_ids = private if worker.offload is None else None
                 worker.clock = self._clock
                 if self.router is not None:  # a worker the planner adds
                     self._wire_pairing(worker)
@@ -391,6 +392,14 @@ class Simulation:
         if self.planner is not None:
             extra["worker_counts"] = tuple(c for pool in self.worker_pools.values() for c in pool.changes)
             extra["pool_samples"] = tuple(self.planner.samples)
+        offloading = [w.offload for ws in self.pools.values() for w in ws if w.offload is not None]
+        if offloading:
+            extra["kv_offload"] = {
+                "host_hit_tokens": self.collector.prompt_host_hit_tokens,
+                "stored_blocks": sum(o.host.stored_blocks for o in offloading),
+                "restored_blocks": sum(o.host.restored_blocks for o in offloading),
+                "d2h_bytes": sum(o.bytes_d2h for o in offloading),
+                "h2d_bytes": sum(o.bytes_h2d for o in offloading)}
         records = self.collector.finalize(end_at, worker_seconds, passes, reason, detail,
                                           not_arrived=self.source.unreleased(), **extra)
         workers = [w for ws in self.pools.values() for w in ws]

@@ -239,6 +239,8 @@ PLACES = {
     "host_output_tokens_per_s": ({"latency": {"kind": "roofline"}}, "latency"),
     "latency_ms": ({"pools": {"prefill": {}, "decode": {}}, "link": {}}, "link"),
     "bandwidth_gb_per_s": ({"pools": {"prefill": {}, "decode": {}}, "link": {}}, "link"),
+    "d2h_gb_per_s": ({"pools": {"aggregated": {"kv_offload": {"host_blocks": 4}}}}, "pools.aggregated.kv_offload"),
+    "h2d_gb_per_s": ({"pools": {"aggregated": {"kv_offload": {"host_blocks": 4}}}}, "pools.aggregated.kv_offload"),
     "kv_event_lag_ms": ({"router": {"kind": "kv_aware"}}, "router"),
     "ttft_ms": ({"sla": {}}, "sla"), "itl_ms": ({"sla": {}}, "sla"), "e2e_ms": ({"sla": {}}, "sla"),
     "max_sim_time_s": ({}, ""),

@@ -36,7 +36,8 @@ class _Live:
     __slots__ = ("input_length", "output_length", "arrived_at", "dispatched_at", "first_admitted_at",
                  "first_token_at", "second_token_at", "last_token_at", "n_tokens", "prefilled_at",
                  "handed_off_at", "decode_admitted_at", "cached_tokens", "prefill_worker", "decode_worker",
-                 "times", "priority", "verify_rounds", "accepted_drafts", "frontend_s", "delivery_s")
+                 "times", "priority", "verify_rounds", "accepted_drafts", "frontend_s", "delivery_s",
+                 "host_cached_tokens", "restore_s")
 
     def __init__(self, request: Request, at: float, times: Optional[array], frontend_s: float,
                  delivery_s: float) -> None:
@@ -53,6 +54,8 @@ class _Live:
         self.priority = request.priority
         self.verify_rounds = self.accepted_drafts = 0
         self.frontend_s, self.delivery_s = frontend_s, delivery_s
+        self.host_cached_tokens = 0
+        self.restore_s = 0.0
 
     def record(self, rid: int, status: str, finished_at: Optional[float]) -> RequestRecord:
         return RequestRecord(
@@ -65,7 +68,8 @@ class _Live:
             cached_tokens=self.cached_tokens, prefill_worker=self.prefill_worker,
             decode_worker=self.decode_worker, priority=self.priority, verify_rounds=self.verify_rounds,
             accepted_drafts=self.accepted_drafts, frontend_s=self.frontend_s,
-            first_token_overhead_s=self.delivery_s)
+            first_token_overhead_s=self.delivery_s, host_cached_tokens=self.host_cached_tokens,
+            restore_s=self.restore_s)
 
 
 def not_arrived_record(request: Request) -> RequestRecord:
@@ -104,6 +108,7 @@ class Collector:
         self.token_times: Optional[dict[int, array]] = {} if record_token_times else None
         self.prompt_lookup_tokens = 0
         self.prompt_hit_tokens = 0
+        self.prompt_host_hit_tokens = 0  #: of those, restored from a host KV tier
         self.ended_count = 0
         self.arrived_count = 0
         self.expected = expected
@@ -185,6 +190,13 @@ class Collector:
             st.decode_worker = worker
         self.prompt_lookup_tokens += lookup_tokens
         self.prompt_hit_tokens += cached_tokens
+
+    def restored(self, rid: int, host_tokens: int, seconds: float) -> None:
+        st = self.live[rid]
+        if not st.host_cached_tokens and not st.restore_s:  # its first admission's
+            st.host_cached_tokens = host_tokens
+            st.restore_s = seconds
+        self.prompt_host_hit_tokens += host_tokens
 
     def tokens(self, rids, at: float) -> None:
         live = self.live

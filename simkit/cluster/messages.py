@@ -131,6 +131,33 @@ class Unreserve:
         return f"Unreserve({self.rid})"
 
 
+class Stored:
+    """Host offload -> its worker: store ``store_id`` (a copy of prompt blocks to the host tier)
+    ended; a request waiting for those blocks may restore them now."""
+
+    __slots__ = ("store_id",)
+
+    def __init__(self, store_id: int) -> None:
+        self.store_id = store_id
+
+    def __repr__(self) -> str:
+        return f"Stored({self.store_id})"
+
+
+class Restored:
+    """Host offload -> its worker: the restore of ``keys`` (host -> GPU) for waiting request
+    ``rid`` ended; it may be admitted."""
+
+    __slots__ = ("rid", "keys")
+
+    def __init__(self, rid: int, keys: list) -> None:
+        self.rid = rid
+        self.keys = keys
+
+    def __repr__(self) -> str:
+        return f"Restored({self.rid}, {len(self.keys)} blocks)"
+
+
 class Drain:
     """Pool -> worker: stop taking work; finish what you hold, then stop (scale-down)."""
 

@@ -29,6 +29,10 @@ class Probe(Protocol):
         """A worker admitted ``rid`` into its running batch; on a prompt admission
         ``lookup_tokens`` prompt tokens were looked up and ``cached_tokens`` of them hit."""
 
+    def restored(self, rid: int, host_tokens: int, seconds: float) -> None:
+        """At its admission ``rid`` reused ``host_tokens`` prompt tokens restored from the host KV
+        tier, after a restore of ``seconds`` (asked for to ended)."""
+
     def tokens(self, rids: Sequence[int], at: float) -> None:
         """Each of ``rids`` produced one output token at the end of a pass ending at ``at``."""
 
@@ -61,6 +65,7 @@ class NullProbe:
     def frontend(self, rid, seconds): pass
     def dispatched(self, rid, at): pass
     def admitted(self, rid, at, pool, worker, cached_tokens, lookup_tokens): pass
+    def restored(self, rid, host_tokens, seconds): pass
     def tokens(self, rids, at): pass
     def token_run(self, rids, times): pass
     def prefilled(self, rid, at): pass

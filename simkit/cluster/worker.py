@@ -34,7 +34,8 @@ from simpy.events import Event
 from simkit.spec import PoolSpec
 from simkit.engine.latency import LatencyModel
 from simkit.engine.latency.base import _accumulate
-from simkit.cluster.messages import Drain, Handoff, Inbox, Released, Reserve, Unreserve
+from simkit.cluster.messages import Drain, Handoff, Inbox, Released, Reserve, Restored, Stored, Unreserve
+from simkit.cluster.offload import OffloadCopies
 from simkit.cluster.probe import COMPLETED, REJECTED, Probe
 from simkit.core.records import PassRecord
 from simkit.core.request import Request
@@ -144,8 +145,16 @@ class Worker:
         self.sched = make_scheduler(spec, role, seed, pool)
         self.inbox = Inbox(env)
         self.rank = rank  #: tie-break order of same-instant pass boundaries
-        #: run repeated pure-decode passes as one timeout (exactly equal results; see serve)
-        self.fast_forward = fast_forward and role != "prefill"
+        #: host KV tier (``kv_offload``) and its copies, or None
+        self.offload: Optional[OffloadCopies] = None
+        if spec.kv_offload is not None:
+            self.offload = OffloadCopies(env, spec.kv_offload, spec.block_size, self.inbox)
+            self.sched.offload = self.offload.host
+            self.sched.kv.on_event = self._kv_event  # its evictions fence passes (stores under way)
+        #: run repeated pure-decode passes as one timeout (exactly equal results; see serve).
+        #: Not with host offload: any pass may allocate over blocks a store still reads, and
+        #: wait for it, so its workers step pass by pass
+        self.fast_forward = fast_forward and role != "prefill" and self.offload is None
         self.horizon = horizon  #: the run's time cap: fast-forwarded runs never cross it
         #: with a planner: an object whose ``next_at`` is the planner's next tick, which
         #: fast-forwarded runs never cross either (so the planner sees what per-pass stepping shows)
@@ -212,6 +221,10 @@ class Worker:
         self.sched.kv.on_event = self._kv_event
 
     def _kv_event(self, stored: bool, keys: list) -> None:
+        if not stored and self.offload is not None:
+            self.offload.host.evicted(keys)
+        if self.kv_listener is None:
+            return
         pending = self.stored_in_pass
         if stored:
             pending.update(dict.fromkeys(keys))
@@ -450,6 +463,11 @@ class Worker:
         if type(msg) is Drain:
             self.draining = True
             return
+        if type(msg) is Stored:  # a request waiting for those host blocks may restore them now
+            return
+        if type(msg) is Restored:
+            self.sched.restored(msg.rid, msg.keys)
+            return
         if type(msg) is Reserve:
             self.pending_reserve.append(msg.seq)
             self.reserve_credit += msg.between_passes
@@ -554,9 +572,12 @@ class Worker:
                 continue
             now = env.now
             sources = self.sources
+            offload = self.offload
             for seq, cached in batch.admitted:
                 lookup = seq.prefill_target if prompt_pool else 0
                 probe.admitted(seq.rid, now, pool, wid, cached, lookup)
+                if offload is not None:
+                    self._restore_admitted(seq.rid, cached)
                 if sources and seq.rid in sources:  # its KV taken over: the prefill side frees it
                     sources.pop(seq.rid).inbox.put(Released(seq.rid))
             prefill_tokens = batch.prefill_tokens
@@ -579,6 +600,11 @@ class Worker:
                     self.reserve_credit = 1  # the pass end retries a pending reservation
                     continue
             kv_blocks = sched.kv.used_blocks
+            if offload is not None:
+                fence = offload.host.take_fence()
+                if fence:  # it took GPU blocks stores still read: it starts when they end
+                    yield offload.stores_done(fence)
+                    now = env.now
             yield env.timeout(dt)
             self.passes += 1
             self.busy_s += dt
@@ -589,6 +615,8 @@ class Worker:
             emitted, finished, prefilled = sched.complete(batch)
             if self.stored_in_pass:  # the blocks this pass computed (stored at schedule or at its end)
                 self._flush_stored()
+            if offload is not None:
+                self._store_computed(batch, finished, prefilled)
             self.in_pass = False
             self.reserve_credit = 1  # the pass end retries a pending reservation
             if self.on_pass_end is not None:
@@ -608,6 +636,31 @@ class Worker:
             for seq in prefilled:
                 probe.prefilled(seq.rid, now)
                 self.handoff(Handoff(seq.req, seq.keys, block_size), self)
+
+    def _restore_admitted(self, rid: int, cached: int) -> None:
+        """Host offload: ``rid`` was admitted with ``cached`` prompt tokens reused; report the
+        part its restore brought (the rest was the GPU's) and the restore's time."""
+        host = self.offload.host
+        restore = host.restores.get(rid)
+        if restore is None:
+            return
+        gpu_tokens = restore[0] * self.sched.block_size
+        asked, ended = self.offload.restore_times.pop(rid)
+        self.probe.restored(rid, cached - min(gpu_tokens, cached), ended - asked)
+        host.admitted(rid, cached // self.sched.block_size)
+
+    def _store_computed(self, batch, finished, prefilled) -> None:
+        """Host offload, at a pass end: store the full prompt blocks the pass computed."""
+        host = self.offload.host
+        bs = self.sched.block_size
+        for seq, _n, _is_prefill in batch.entries:
+            if seq.keys:
+                host.computed(seq.rid, seq.keys, min(seq.computed, seq.prompt_len) // bs)
+        host.fenced.clear()
+        for seq in finished:
+            host.forget(seq.rid)
+        for seq in prefilled:
+            host.forget(seq.rid)
 
     def _decode_run(self, batch, k: int, plan=None):
         """Fast-forward: run up to k identical pure-decode passes without a SimPy event each.

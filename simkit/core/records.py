@@ -59,6 +59,11 @@ class RequestRecord:
     #: the frontend's time between the engine's tokens and the client (``first_token_overhead_ms``:
     #: detokenization, the streamed chunk); the token times above are as the client received them
     first_token_overhead_s: float = 0.0
+    #: host KV offload: prompt tokens its first admission reused from the host tier (restored;
+    #: the rest of ``cached_tokens`` was in the GPU cache), and how long that restore took
+    #: (asked for to ended; within its engine queue)
+    host_cached_tokens: int = 0
+    restore_s: float = 0.0
 
     @property
     def accept_length(self) -> Optional[float]:
@@ -104,7 +109,8 @@ class RequestRecord:
     @property
     def ttft_components(self) -> Optional[dict[str, Optional[float]]]:
         """Where its TTFT went (s), in order; they sum to :attr:`ttft_s`. ``frontend`` (before
-        the router), ``router_queue``, ``engine_queue`` (dispatch to first admission),
+        the router), ``router_queue``, ``engine_queue`` (dispatch to first admission, less a
+        restore), ``restore`` (host KV offload: its restore from the host tier; None without),
         ``prefill`` (first admission to the prompt's end: its prefill on a prefill worker,
         else its engine first token), disaggregated ``transfer``, ``decode_queue`` and
         ``first_decode`` (admission by the decode worker to its first token; None aggregated),
@@ -114,7 +120,8 @@ class RequestRecord:
         engine_first = self.first_token_at - self.first_token_overhead_s
         disagg = self.prefilled_at is not None and self.decode_admitted_at is not None
         return {"frontend": self.frontend_s, "router_queue": self.router_queue_s,
-                "engine_queue": self.first_admitted_at - self.dispatched_at,
+                "engine_queue": self.first_admitted_at - self.dispatched_at - self.restore_s,
+                "restore": self.restore_s if self.restore_s else None,
                 "prefill": (self.prefilled_at if disagg else engine_first) - self.first_admitted_at,
                 "transfer": self.transfer_s if disagg else None,
                 "decode_queue": self.decode_queue_s if disagg else None,
@@ -231,3 +238,7 @@ class RunRecords:
     #: ``accepted`` drafts, ``tokens`` the rounds emitted (cut to the output left), and per
     #: draft position ``by_position`` (accepted) and ``tried``
     speculation: Optional[dict] = None
+    #: host KV offload over the run (None without): prompt tokens restored from host tiers
+    #: (``host_hit_tokens``, part of ``prompt_hit_tokens``), blocks stored and restored, bytes
+    #: copied each way
+    kv_offload: Optional[dict] = None

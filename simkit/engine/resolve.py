@@ -11,6 +11,7 @@ aiconfigurator database or pass table exist) and fills the defaults that come fr
 - an SGLang pool's unset ``sglang.chunked_prefill_size``: SGLang's default by GPU memory (16384
   above 160 GB, else 8192) when its latency model names a GPU; otherwise it stays unset and
   the scheduler uses 8192, as the reference does;
+- a pool's ``kv_offload.kv_bytes_per_token`` when unset: its own roofline model's (else 131072);
 - the link's unset ``kv_bytes_per_token``: the model's whole-model KV bytes per token (the last
   pool's model that names one), else 131072 (Llama-3.1-8B in bf16, REFERENCE.md section 5).
 
@@ -143,6 +144,10 @@ def resolve_scenario(scenario: Scenario) -> Scenario:
             pool = attrs.evolve(pool, num_gpu_blocks=blocks)
         if roofline and pool.backend == "sglang" and pool.sglang.chunked_prefill_size is None:
             pool = attrs.evolve(pool, sglang=attrs.evolve(pool.sglang, chunked_prefill_size=_sglang_chunk(lat)))
+        if pool.kv_offload is not None and pool.kv_offload.kv_bytes_per_token is None:
+            kv = (hardware.load_model(lat.model).kv_bytes_per_token(lat.kv_precision) if roofline
+                  else DEFAULT_KV_BYTES_PER_TOKEN)
+            pool = attrs.evolve(pool, kv_offload=attrs.evolve(pool.kv_offload, kv_bytes_per_token=kv))
         if roofline and pool.max_model_len is None:  # vLLM's default: the model's own limit
             longest = hardware.load_model(lat.model).max_position_embeddings
             if longest:

@@ -52,6 +52,7 @@ def request_row(r) -> dict[str, Any]:
         "decode_queue_ms": _ms(r.decode_queue_s),
         "status": r.status,
         "cached_tokens": r.cached_tokens,
+        "host_cached_tokens": r.host_cached_tokens,
         "prefill_worker": r.prefill_worker,
         "decode_worker": r.decode_worker,
         "priority": r.priority,
@@ -70,7 +71,8 @@ def _component_ms(parts: Optional[dict]) -> dict:
 
 
 #: the column types of request rows (JSON null = a missing value): ints, floats (ms) and status
-ROW_INT_COLUMNS = ("id", "input_length", "output_length", "requested_output_length", "cached_tokens", "verify_rounds",
+ROW_INT_COLUMNS = ("id", "input_length", "output_length", "requested_output_length", "cached_tokens",
+                   "host_cached_tokens", "verify_rounds",
                    "accepted_drafts", "prefill_worker", "decode_worker")
 
 
@@ -111,7 +113,7 @@ def _stats_ms(values_s) -> Optional[dict]:
 
 _SUMMARY_FIELDS = ("rid", "status", "arrived_at", "dispatched_at", "first_admitted_at", "first_token_at",
                    "last_token_at", "finished_at", "prefilled_at", "handed_off_at", "decode_admitted_at",
-                   "output_length", "frontend_s", "first_token_overhead_s")
+                   "output_length", "frontend_s", "first_token_overhead_s", "restore_s")
 
 
 def record_columns(requests, names: Sequence[str] = _SUMMARY_FIELDS) -> dict[str, np.ndarray]:
@@ -147,9 +149,25 @@ def _known(cols: dict, name: str, start: str, end: str, rows: np.ndarray) -> np.
     return cols[name][rows][both]
 
 
+def _kv_offload(records) -> Optional[dict]:
+    """The summary's ``kv_offload``: prefix-cache hits by tier (tokens, and as a fraction of the
+    prompt tokens looked up), blocks stored and restored, GB copied each way. None without a
+    host tier."""
+    k = records.kv_offload
+    if k is None:
+        return None
+    looked = records.prompt_lookup_tokens
+    host = k["host_hit_tokens"]
+    gpu = records.prompt_hit_tokens - host
+    return {"gpu_hit_tokens": gpu, "host_hit_tokens": host,
+            "gpu_hit_ratio": gpu / looked if looked else 0.0, "host_hit_ratio": host / looked if looked else 0.0,
+            "stored_blocks": k["stored_blocks"], "restored_blocks": k["restored_blocks"],
+            "d2h_gb": k["d2h_bytes"] / 1e9, "h2d_gb": k["h2d_bytes"] / 1e9}
+
+
 #: the parts of a TTFT, in order (:attr:`simkit.core.records.RequestRecord.ttft_components`)
-TTFT_COMPONENTS = ("frontend", "router_queue", "engine_queue", "prefill", "transfer", "decode_queue", "first_decode",
-                   "first_token_overhead")
+TTFT_COMPONENTS = ("frontend", "router_queue", "engine_queue", "restore", "prefill", "transfer", "decode_queue",
+                   "first_decode", "first_token_overhead")
 
 
 def _ttft_components(cols: dict, done: np.ndarray) -> Optional[dict]:
@@ -164,8 +182,10 @@ def _ttft_components(cols: dict, done: np.ndarray) -> Optional[dict]:
     engine_first = c["first_token_at"] - c["first_token_overhead_s"]
     disagg = ~np.isnan(c["prefilled_at"]) & ~np.isnan(c["decode_admitted_at"])
     parts = {"frontend": c["frontend_s"], "router_queue": c["dispatched_at"] - c["arrived_at"] - c["frontend_s"],
-             "engine_queue": c["first_admitted_at"] - c["dispatched_at"],
-             "prefill": np.where(disagg, c["prefilled_at"], engine_first) - c["first_admitted_at"]}
+             "engine_queue": c["first_admitted_at"] - c["dispatched_at"] - c["restore_s"]}
+    if (c["restore_s"] > 0).any():
+        parts["restore"] = c["restore_s"]
+    parts["prefill"] = np.where(disagg, c["prefilled_at"], engine_first) - c["first_admitted_at"]
     if disagg.any():
         parts["transfer"] = np.where(disagg, c["handed_off_at"] - c["prefilled_at"], 0.0)
         parts["decode_queue"] = np.where(disagg, c["decode_admitted_at"] - c["handed_off_at"], 0.0)
@@ -262,6 +282,7 @@ def summarize(records: RunRecords, sla: Optional[SlaSpec] = None) -> dict[str, A
         "prefix_cache_hit_tokens": records.prompt_hit_tokens,
         "passes": dict(records.passes),
         "speculative": _speculation(records.speculation),
+        "kv_offload": _kv_offload(records),
         "saturation": _saturation(cols),
         "ttft_components": _ttft_components(cols, done),
         "stop": {"reason": records.stop_reason, "detail": records.stop_detail,
@@ -417,6 +438,11 @@ def render_text(summary: dict[str, Any], title: str = "") -> str:
         lines.append(f"speculative: {spec['accept_length']:.2f} tokens per verify round "
                      f"({spec['tokens_per_round']:.2f} after output cuts) over {spec['verify_rounds']} "
                      f"rounds; acceptance by draft position {rates}")
+    off = summary.get("kv_offload")
+    if off is not None:
+        lines.append(f"host KV tier: prompt tokens hit {off['gpu_hit_ratio']:.3f} on GPU, {off['host_hit_ratio']:.3f} "
+                     f"restored from host; {off['stored_blocks']} blocks stored ({off['d2h_gb']:.3f} GB), "
+                     f"{off['restored_blocks']} restored ({off['h2d_gb']:.3f} GB)")
     sat = summary.get("saturation")
     if sat is not None and sat["overloaded"]:
         lines.append("OVERLOADED" + sat["verdict"][len("overloaded"):])

@@ -24,7 +24,7 @@ __all__ = ["RequestSpool", "RECORD_FIELDS", "arrow_schema"]
 #: column names of a spool file: the fields of RequestRecord, in order
 RECORD_FIELDS = tuple(f.name for f in attrs.fields(RequestRecord))
 _INT_FIELDS = {"rid", "input_length", "requested_output_length", "output_length", "cached_tokens",
-               "prefill_worker", "decode_worker", "verify_rounds", "accepted_drafts"}
+               "prefill_worker", "decode_worker", "verify_rounds", "accepted_drafts", "host_cached_tokens"}
 
 
 def arrow_schema(names, int_names):

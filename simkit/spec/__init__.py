@@ -24,7 +24,7 @@ from simkit.spec.latency import (AicLatency, ConstantLatency, DeploymentLatency,
 from simkit.spec.paths import path_fields, resolve_paths
 from simkit.spec.loader import MAX_VALUES, dump_scenario, load_scenario, override, parse_overrides, yaml_load
 from simkit.spec.pools import (DEFAULT_NUM_GPU_BLOCKS, SGLANG_CHUNKED_PREFILL_SIZE, SGLANG_CHUNKED_PREFILL_SIZE_LARGE,
-                               PoolSpec, PoolsSpec, SglangSpec, SpeculativeSpec, TrtllmSpec)
+                               KvOffloadSpec, PoolSpec, PoolsSpec, SglangSpec, SpeculativeSpec, TrtllmSpec)
 from simkit.spec.scenario import Scenario
 from simkit.spec.workload import (ArrivalSpec, ConstantArrival, DiurnalArrival, EmpiricalLength, FixedLength,
                                   GammaArrival, LengthSpec, LognormalLength, NormalLength, PiecewiseArrival,
@@ -35,7 +35,7 @@ from simkit.spec.workload import (ArrivalSpec, ConstantArrival, DiurnalArrival, 
 __all__ = [
     "AicLatency", "ArrivalSpec", "ConfigError", "ConstantArrival", "ConstantLatency",
     "DEFAULT_NUM_GPU_BLOCKS", "SGLANG_CHUNKED_PREFILL_SIZE", "SGLANG_CHUNKED_PREFILL_SIZE_LARGE", "DeploymentLatency", "DiurnalArrival", "EmpiricalLength",
-    "FieldValueError", "FixedLength", "GammaArrival", "KvAwareRouter", "LatencySpec",
+    "FieldValueError", "FixedLength", "GammaArrival", "KvAwareRouter", "KvOffloadSpec", "LatencySpec",
     "LeastLoadedRouter", "LengthSpec", "LinkSpec", "LognormalLength", "MAX_FLOAT", "MAX_VALUES",
     "NormalLength", "PiecewiseArrival", "PlannerSpec", "PoissonArrival", "PolynomialLatency",
     "PoolSpec", "PoolsSpec", "PriorityClass", "PythonPlanner", "PythonRouter", "RateSegment",

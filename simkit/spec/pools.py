@@ -174,6 +174,42 @@ class SpeculativeSpec:
 
 
 @frozen
+class KvOffloadSpec:
+    """A host-memory KV tier behind each worker's GPU cache (``pools.<pool>.kv_offload``), as
+    vLLM's ``OffloadingConnector`` (CPU offloading) and the reference's ``native_host_offload``.
+
+    Each worker has ``host_blocks`` host blocks of the pool's ``block_size``. A request's full
+    prompt blocks are copied GPU -> host at the end of the pass that computed them (those the
+    tier lacks, one copy per request and pass, one copy after another per worker at
+    ``d2h_gb_per_s``); a waiting request whose prompt continues past its GPU prefix hit with
+    host blocks restores them first (host -> GPU at ``h2d_gb_per_s``) and is admitted when they
+    are in, the restore in its TTFT. Host blocks are evicted least recently used first.
+    Defaults are the reference's (32 GB/s each way, measured on ai-dynamo-runtime 1.6.1). The
+    rules and what was measured: :mod:`simkit.engine.offload`.
+
+    ``kv_bytes_per_token`` sizes a block's copy (null: the roofline model's KV bytes per token
+    when the scenario names a model, else 131072, Llama-3.1-8B in bf16, as the handoff link's).
+    Not modelled yet, and refused: ``offload: prompt_and_output`` (generated-token blocks have no
+    identity until the workloads give them one) and a ``storage`` tier.
+    """
+
+    host_blocks: int = field(validator=[_positive, _at_most(1 << 40)])
+    d2h_gb_per_s: float = field(default=32.0, validator=_pos)
+    h2d_gb_per_s: float = field(default=32.0, validator=_pos)
+    offload: Literal["prompt", "prompt_and_output"] = "prompt"
+    kv_bytes_per_token: Optional[int] = field(default=None, validator=[_positive, _at_most(1 << 40)])
+    storage: Optional[dict] = None
+
+    def __attrs_post_init__(self) -> None:
+        if self.offload != "prompt":
+            raise FieldValueError("offload", "'offload: prompt_and_output' is not modelled yet: generated-token "
+                                  "blocks have no identity to find them again by (only 'prompt')")
+        if self.storage is not None:
+            raise FieldValueError("storage", "a 'storage' tier behind the host one is not modelled yet "
+                                  "(remove 'storage')")
+
+
+@frozen
 class PoolSpec:
     """One pool of identical workers and their vLLM-like engine settings.
 
@@ -216,6 +252,8 @@ class PoolSpec:
     latency: Optional[LatencySpec] = None
     #: speculative decoding (null: none): see :class:`SpeculativeSpec`
     speculative: Optional[SpeculativeSpec] = None
+    #: a host-memory KV tier behind the GPU cache (null: none): see :class:`KvOffloadSpec`
+    kv_offload: Optional[KvOffloadSpec] = None
 
     #: which running request gives up its KV under memory pressure: the newest (lifo, vLLM's
     #: default) or the oldest (fifo)
@@ -251,6 +289,12 @@ class PoolSpec:
         if self.speculative is not None and self.speculative.verify_in_prefill and self.backend == "sglang":
             raise ValueError("'speculative.verify_in_prefill' is the reference's vLLM and TRT-LLM cores' way; "
                              "SGLang (and the reference's sglang core) emits one token when a prompt ends")
+        if self.kv_offload is not None and self.backend != "vllm":
+            raise ValueError(f"'kv_offload' is modelled for backend: vllm only (vLLM's OffloadingConnector), "
+                             f"not {self.backend} yet")
+        if self.kv_offload is not None and not self.enable_prefix_caching:
+            raise ValueError("'kv_offload' needs 'enable_prefix_caching': true (a host block is found again "
+                             "by its prefix identity)")
         if self.backend != "trtllm" and self.trtllm != TrtllmSpec():
             raise ValueError("'trtllm' settings apply only to backend: trtllm")
         if self.backend != "vllm" and self.preemption_mode != "lifo":
@@ -291,6 +335,9 @@ class PoolsSpec:
             if self.prefill.speculative is not None:
                 raise ValueError("'prefill': 'speculative' applies to the pools that decode (aggregated or "
                                  "decode); a prefill worker generates no token to draft for")
+            if self.decode.kv_offload is not None:
+                raise ValueError("'decode': 'kv_offload' is modelled on the pools that compute prompts "
+                                 "(aggregated or prefill), not on a decode pool yet")
 
     @property
     def mode(self) -> str:

@@ -168,6 +168,9 @@ class Scheduler:
         #: KV slots a decoding request holds beyond ``computed``: 1 where the engine gives the
         #: newest generated token its slot when it is emitted (SGLang), else 0 (vLLM)
         self.decode_slot = 0
+        #: host offload (``kv_offload``): a :class:`~simkit.engine.offload.HostOffload`, set by
+        #: the worker (None: the GPU cache alone)
+        self.offload = None
 
     # ------------------------------------------------------------------ what an engine defines
 

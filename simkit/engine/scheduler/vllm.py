@@ -29,9 +29,14 @@ from __future__ import annotations
 from typing import Optional
 
 from simkit.spec import PoolSpec
+from simkit.engine.offload import DEFERRED
 from simkit.engine.scheduler.base import Batch, Scheduler, Seq
 
 __all__ = ["VllmScheduler"]
+
+#: :meth:`VllmScheduler._restore_step` outcomes
+_SKIP = object()
+_STOP = object()
 
 
 class VllmScheduler(Scheduler):
@@ -148,6 +153,8 @@ class VllmScheduler(Scheduler):
             if need > 0:
                 kv.allocate(need)
                 seq.anon += need
+                if self.offload is not None:
+                    self.offload.allocated(seq.rid)
             if is_prefill:
                 self._register(seq, computed // bs, computed + n)
                 batch.prefill_tokens += n
@@ -167,7 +174,26 @@ class VllmScheduler(Scheduler):
             i += 1
         if not batch.preempted and not hold:
             self._admit(batch, budget)
+            if not entries and self.offload is not None and self._unhold_restored():
+                self._admit(batch, budget)
         return batch if entries else None
+
+    def _unhold_restored(self) -> bool:
+        """Host offload, when nothing runs and nothing could be admitted: waiting requests whose
+        restores ended hold GPU blocks no pass will ever free, and the first in line needs more.
+        vLLM (and the reference, which aborts such a replay: "effect-free zero-duration pass")
+        would wait for good; simkit gives their restored blocks back to the GPU cache, still
+        hittable, and lets them look up again. Returns whether any was given back."""
+        offload, kv = self.offload, self.kv
+        given = False
+        for seq in self.waiting:
+            if seq.rid in offload.loaded:
+                kv.release(seq.held, seq.anon)
+                seq.held, seq.anon = [], 0
+                offload.restores.pop(seq.rid, None)
+                offload.loaded.discard(seq.rid)
+                given = True
+        return given
 
     def _hold_context(self) -> bool:
         """Whether this pass holds its context (prefilling) requests back; vLLM never does
@@ -187,6 +213,8 @@ class VllmScheduler(Scheduler):
         prompts over in their order)."""
         waiting = self.waiting
         later: list = []  # fully cached prompts set aside (TRT-LLM)
+        skipped: list = []  # host offload: restoring, or waiting for a store (vLLM skips them)
+        offload = self.offload
         in_order = self.role == "prefill"  # there they cost no pass time: taken in their turn
         while waiting and len(self.running) < self.max_num_seqs:
             seq = waiting[0]
@@ -198,6 +226,13 @@ class VllmScheduler(Scheduler):
                 continue
             if budget < 0 or (budget == 0 and not full):
                 break
+            if offload is not None and not seq.transferred:
+                step = self._restore_step(seq)
+                if step is _SKIP:
+                    skipped.append(waiting.popleft())
+                    continue
+                if step is _STOP:
+                    break
             used = self._admit_one(batch, seq, budget, overdraw=full)
             if used is None:
                 break
@@ -210,6 +245,63 @@ class VllmScheduler(Scheduler):
                 waiting.extendleft(reversed(later[i:]))  # back at the head, in their order
                 break
             budget -= used
+        if skipped:
+            waiting.extendleft(reversed(skipped))  # back at the head, in their order
+
+    def _restore_step(self, seq: Seq):
+        """Host offload, before admitting waiting ``seq``: None (admit it as usual), ``_SKIP``
+        (it waits: its restore is under way, or its host blocks are still being stored; vLLM
+        skips it and schedules those behind it) or ``_STOP`` (no GPU room for its restore: the
+        admissions stop). A restore starts here when its prompt continues past its GPU hit with
+        host blocks: their GPU room is allocated and its GPU hit held, the copy begins, and it
+        waits (:mod:`simkit.engine.offload`)."""
+        offload, kv, bs = self.offload, self.kv, self.block_size
+        rid = seq.rid
+        if rid in offload.restores:
+            return _SKIP if rid not in offload.loaded else None
+        if seq.keys is None:
+            seq.keys = seq.req.block_keys(bs) if self.caching else []
+        keys = seq.keys
+        if not keys:
+            return None
+        prompt_keys = keys[:seq.prompt_len // bs]
+        # the host look-up continues the GPU prefix as the GPU holds it, all of its blocks (the
+        # reference's: a prompt whose every block is in the GPU cache looks nothing up, though it
+        # reuses them but the last; measured), the restore the GPU hit vLLM reuses
+        full, _ = kv.match(prompt_keys, len(prompt_keys))
+        found = offload.lookup(rid, prompt_keys, full)
+        hits, in_lru = kv.match(keys, min((seq.prefill_target - 1) // bs, full))
+        if hits and self.drop_last_hit:
+            hits, in_lru = kv.match(keys, hits - 1)
+        if found == DEFERRED:
+            return _SKIP
+        if not found:
+            return None
+        if found > kv.free_blocks - in_lru:
+            return _STOP
+        fence, offload.fence = offload.fence, set()  # this pass's fences; the restore's own apart
+        if full:
+            kv.acquire(prompt_keys[:full])
+            seq.held = list(prompt_keys[:full])
+        kv.allocate(found)
+        seq.anon = found
+        offload.allocated(None)  # (a restore's reservation fences its copy, not a pass)
+        mine, offload.fence = offload.fence, fence
+        offload.start_restore(rid, prompt_keys, full, found, mine)
+        return _SKIP
+
+    def restored(self, rid: int, keys) -> None:
+        """Host offload: the restore of ``keys`` for waiting request ``rid`` ended: the blocks
+        reserved for them take their identities (held by it; a key computed meanwhile by another
+        request is shared and the duplicate block freed)."""
+        for seq in self.waiting:
+            if seq.rid == rid:
+                break
+        else:
+            raise RuntimeError(f"request {rid} restored host KV but is not waiting")
+        seq.held.extend(self.kv.adopt_many(keys))
+        seq.anon -= len(keys)
+        self.offload.restore_done(rid, keys)
 
     def _fully_cached(self, seq: Seq) -> bool:
         """Whether every token of ``seq``'s prompt is in the prefix cache (full blocks only)."""
@@ -231,11 +323,17 @@ class VllmScheduler(Scheduler):
             seq.keys = seq.req.block_keys(bs) if self.caching else []
         keys = seq.keys
         hits = in_lru = 0
+        #: host offload: the blocks a finished restore left it holding (its GPU hit, then the
+        #: restored ones); it reuses no more than those (the reference freezes its cached prefix
+        #: to them, blocks cached meanwhile are computed)
+        restored = seq.held if self.offload is not None and seq.rid in self.offload.loaded else None
         if keys:
             limit = len(keys) if (seq.transferred or self.REUSE_FULL_HIT) else (seq.prefill_target - 1) // bs
             hits, in_lru = kv.match(keys, limit)
             if hits and self.drop_last_hit and not seq.transferred:
                 hits, in_lru = kv.match(keys, hits - 1)
+            if restored is not None:
+                hits, in_lru = min(hits, len(restored)), 0
         start = seq.computed if seq.transferred else hits * bs
         if start < seq.prefill_target:
             remaining = seq.prefill_target - start
@@ -269,12 +367,18 @@ class VllmScheduler(Scheduler):
             return None
         if self.waiting and self.waiting[0] is seq:
             self.waiting.popleft()
-        if hits:
+        if restored is not None:
+            if len(restored) > hits:  # restored beyond what it may reuse: cached, free
+                kv.release(restored[hits:], 0)
+            seq.held = restored[:hits]
+        elif hits:
             kv.acquire(keys[:hits])
             seq.held = keys[:hits]
         alloc = -(-(start + n + width) // bs) - hits
         kv.allocate(alloc)
         seq.anon = alloc
+        if self.offload is not None:
+            self.offload.allocated(seq.rid)
         seq.computed = start
         if is_prefill:
             self._register(seq, hits, start + n)

@@ -1,0 +1,262 @@
+"""A host-memory KV tier behind one worker's GPU cache (``pools.<pool>.kv_offload``): which
+blocks it holds, which copies are under way, and the scheduler's side of offload and restore.
+
+Pure bookkeeping, no SimPy: the worker (``simkit.cluster.offload``) moves the bytes and tells
+this module when a copy ends. The rules are vLLM's ``OffloadingConnector`` (``vllm/v1/kv_offload``,
+CPU offloading) as the reference (ai-dynamo-runtime 1.6.1 ``native_host_offload``) models it,
+measured on tiny traces (README, "KV offload"):
+
+* **Store (GPU -> host).** At the end of the pass that computes them, a request's new *full
+  prompt* blocks that the host tier lacks are copied to it as one transfer (its "cohort"); the
+  tier reserves their room at once, evicting its least recently used resident blocks, and if the
+  cohort does not fit it is not stored (retried at the request's next pass end). Copies of one
+  worker run one after another (first in, first out), each at ``d2h_gb_per_s``.
+* **A GPU block being copied** may be allocated to another request, but a pass that uses it
+  cannot start before the copy ends (measured: the request is admitted at once, its first
+  token comes a copy later).
+* **Restore (host -> GPU).** A waiting request whose prompt continues, past its GPU prefix hit
+  (vLLM's, at most prompt - 1 tokens in whole blocks), with blocks the host tier holds loads
+  those blocks first: GPU room is reserved for them (the request waits if there is none), the
+  copy runs at ``h2d_gb_per_s`` (one after another per worker, after any store still reading the
+  reserved GPU blocks), and the request is admitted once it ends, with its GPU hit as if the
+  loaded blocks were cached (the GPU limit still applies: a 256-token prompt of 4 loaded
+  64-token blocks reuses 192 tokens). Requests behind a loading one are scheduled meanwhile
+  (vLLM skips requests waiting for remote KV). A request whose host blocks are still being
+  stored waits for the store (vLLM's lookup says "not yet").
+* **LRU.** A look-up and a store touch the request's prompt blocks last to first, so its first
+  block is the most recently used; the least recently used resident block is evicted first.
+
+Part of :mod:`simkit.engine`.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Callable, Optional, Sequence
+
+__all__ = ["HostTier", "HostOffload", "LOADING", "DEFERRED"]
+
+#: :meth:`HostOffload.lookup` outcomes besides a block count
+DEFERRED = "deferred"  #: some of its host blocks are still being stored or loaded: not yet
+LOADING = "loading"  #: its restore is under way
+
+
+class HostTier:
+    """The host blocks of one worker: resident ones in LRU order and those being stored.
+
+    ``capacity`` blocks. A key is *resident* (copied, hittable), *pending* (its store under way:
+    its room reserved) or absent.
+    """
+
+    __slots__ = ("capacity", "resident", "pending", "loading")
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.resident: OrderedDict = OrderedDict()  #: key -> None, least recently used first
+        self.pending: dict = {}  #: key -> id of the store copying it
+        self.loading: dict = {}  #: key -> rid of the request restoring it (not evictable)
+
+    @property
+    def used(self) -> int:
+        """Blocks held or reserved."""
+        return len(self.resident) + len(self.pending)
+
+    def match(self, keys: Sequence[int]) -> tuple[int, bool]:
+        """Leading ``keys`` the tier holds or is storing; and whether any of those is still
+        being stored or loaded (then a restore must wait)."""
+        n, busy = 0, False
+        resident, pending, loading = self.resident, self.pending, self.loading
+        for key in keys:
+            if key in resident:
+                busy = busy or key in loading
+            elif key in pending:
+                busy = True
+            else:
+                break
+            n += 1
+        return n, busy
+
+    def touch(self, keys: Sequence[int]) -> None:
+        """Mark ``keys`` used, last to first (the first ends most recently used)."""
+        resident = self.resident
+        for key in reversed(keys):
+            if key in resident:
+                resident.move_to_end(key)
+
+    def reserve(self, keys: Sequence[int], store_id: int) -> bool:
+        """Reserve room for ``keys`` (absent ones) under store ``store_id``, evicting least
+        recently used resident blocks not being loaded; False (nothing changed) if they do
+        not fit."""
+        free = self.capacity - self.used
+        need = len(keys) - free
+        if need > 0:
+            evictable = []
+            loading = self.loading
+            for key in self.resident:
+                if key not in loading:
+                    evictable.append(key)
+                    if len(evictable) == need:
+                        break
+            if len(evictable) < need:
+                return False
+            for key in evictable:
+                del self.resident[key]
+        for key in keys:
+            self.pending[key] = store_id
+        return True
+
+    def stored(self, keys: Sequence[int]) -> None:
+        """Store of ``keys`` ended: they are resident, most recently used, in their order."""
+        pending, resident = self.pending, self.resident
+        for key in keys:
+            if pending.pop(key, None) is not None:
+                resident[key] = None
+                resident.move_to_end(key)
+
+
+class HostOffload:
+    """The scheduler's view of its worker's host tier (``kv_offload``): what a waiting request
+    can restore, what a finished pass stores, which stores a pass must wait for.
+
+    ``block_bytes``: bytes of one KV block (``block_size`` x ``kv_bytes_per_token``).
+    ``submit_store(store_id, keys, nbytes)`` and ``submit_load(rid, keys, nbytes, after)`` are
+    set by the worker: they start the copies (``after``: ids of stores the load must wait for).
+    """
+
+    def __init__(self, host_blocks: int, block_bytes: int) -> None:
+        self.tier = HostTier(host_blocks)
+        self.block_bytes = block_bytes
+        self.next_store = 0
+        self.submit_store: Optional[Callable] = None
+        self.submit_load: Optional[Callable] = None
+        #: ids of stores whose GPU blocks this pass's allocations took (the pass waits for them)
+        self.fence: set = set()
+        self._fenced_now = False
+        #: requests whose blocks this pass's allocations fenced: no store at this pass end
+        self.fenced: set = set()
+        #: per request id: (GPU hit blocks, loaded blocks) of its restore; ``loaded`` is set
+        #: once the copy ended
+        self.restores: dict = {}
+        self.loaded: set = set()
+        #: per request id, the next prompt block index a store may start at
+        self.store_from: dict = {}
+        #: per request id, the store whose room its latest cohort reserved
+        self.latest_store: dict = {}
+        self.live_stores: set = set()
+        #: counters for the summary: blocks stored and restored, restores begun
+        self.stored_blocks = 0
+        self.restored_blocks = 0
+
+    # ------------------------------------------------------------------ GPU evictions
+
+    def evicted(self, keys: Sequence[int]) -> None:
+        """GPU blocks ``keys`` were taken by an allocation: a store still reading one fences
+        the pass (KvCache ``on_event`` with stored False)."""
+        pending = self.tier.pending
+        for key in keys:
+            store = pending.get(key)
+            if store is not None:
+                self.fence.add(store)
+                self._fenced_now = True
+
+    def allocated(self, rid: Optional[int]) -> None:
+        """The scheduler just allocated blocks for ``rid``: if that took blocks a store still
+        reads, its own new blocks can be stored only from its next pass on (the reference
+        prepares a pass's stores when it schedules the pass, and cannot while the blocks wait
+        for another copy: measured, such a prompt's store starts a pass late)."""
+        if self._fenced_now:
+            self._fenced_now = False
+            if rid is not None:
+                self.fenced.add(rid)
+
+    def take_fence(self) -> set:
+        """Stores the pass just scheduled must wait for (and forget them)."""
+        fence, self.fence = self.fence, set()
+        return {s for s in fence if s in self.live_stores}
+
+    # ------------------------------------------------------------------ restore
+
+    def lookup(self, rid: int, keys: Sequence[int], gpu_hits: int):
+        """A waiting request of prompt block ``keys`` whose GPU hit is ``gpu_hits`` blocks:
+        the number of host blocks it may restore after them (0: none), :data:`DEFERRED`
+        (wait: some are being stored or loaded, or its own last store is under way) or
+        :data:`LOADING` (its restore is under way). Touches its blocks (LRU)."""
+        if rid in self.restores:
+            return LOADING if rid not in self.loaded else 0
+        store = self.latest_store.get(rid)
+        if store is not None and store in self.live_stores:
+            return DEFERRED
+        tier = self.tier
+        if gpu_hits >= len(keys):
+            tier.touch(keys)
+            return 0
+        n, busy = tier.match(keys[gpu_hits:])
+        tier.touch(keys)
+        if busy:
+            return DEFERRED
+        return n
+
+    def start_restore(self, rid: int, keys: Sequence[int], gpu_hits: int, n: int, fence: set) -> None:
+        """Begin restoring ``keys[gpu_hits:gpu_hits + n]`` for request ``rid``: the caller
+        reserved their GPU room, and ``fence`` holds the stores still reading the GPU blocks
+        that reservation took (:meth:`evicted`), which the copy waits for."""
+        moved = list(keys[gpu_hits:gpu_hits + n])
+        for key in moved:
+            self.tier.loading[key] = rid
+        self.restores[rid] = (gpu_hits, n)
+        self.submit_load(rid, moved, n * self.block_bytes, {s for s in fence if s in self.live_stores})
+
+    def restore_done(self, rid: int, keys: Sequence[int]) -> None:
+        """The copy of ``keys`` for ``rid`` ended."""
+        loading = self.tier.loading
+        for key in keys:
+            if loading.get(key) == rid:
+                del loading[key]
+        self.loaded.add(rid)
+        self.restored_blocks += len(keys)
+
+    def admitted(self, rid: int, reused_blocks: int) -> None:
+        """Request ``rid`` was admitted with ``reused_blocks`` prompt blocks reused: a restore
+        is over, and stores of its blocks start after them."""
+        if self.restores.pop(rid, None) is not None:
+            self.loaded.discard(rid)
+            self.store_from[rid] = reused_blocks
+
+    def forget(self, rid: int) -> None:
+        """Request ``rid`` left this worker (finished, rejected, handed over)."""
+        self.store_from.pop(rid, None)
+        self.latest_store.pop(rid, None)
+
+    # ------------------------------------------------------------------ store
+
+    def computed(self, rid: int, keys: Sequence[int], prompt_blocks_done: int) -> None:
+        """A pass that ``rid`` took part in ended with the first ``prompt_blocks_done`` full
+        prompt blocks of ``rid`` (keys ``keys``) computed: store the new ones the tier lacks, as
+        one copy (not if the pass fenced its blocks: then at its next pass end)."""
+        if rid in self.fenced:
+            self.fenced.discard(rid)
+            return
+        start = self.store_from.get(rid, 0)
+        end = min(prompt_blocks_done, len(keys))
+        if end <= start:
+            return
+        tier = self.tier
+        missing = [k for k in keys[start:end] if k not in tier.resident and k not in tier.pending]
+        if not missing:
+            self.store_from[rid] = end
+            return
+        store_id = self.next_store
+        if not tier.reserve(missing, store_id):
+            return  # no room: retried at its next pass end
+        self.next_store += 1
+        self.store_from[rid] = end
+        self.latest_store[rid] = store_id
+        self.live_stores.add(store_id)
+        tier.touch(keys)
+        self.submit_store(store_id, missing, len(missing) * self.block_bytes)
+
+    def store_done(self, store_id: int, keys: Sequence[int]) -> None:
+        """The copy of store ``store_id`` ended."""
+        self.live_stores.discard(store_id)
+        self.tier.stored(keys)
+        self.stored_blocks += len(keys)

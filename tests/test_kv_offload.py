@@ -1,0 +1,160 @@
+"""Host KV offload (``pools.<pool>.kv_offload``): timings derived by hand from the reference
+polynomial (conftest P, D), each also measured on the reference (ai-dynamo-runtime 1.6.1 with
+``native_host_offload`` and ``kv_cache_bytes_per_token: 131072``, block size 64, 8 GPU blocks,
+trace block size 64): the reference's figure is in each comment.
+
+A 64-token block of KV is 64 x 131072 = 8388608 bytes: 0.8388608 ms at 10 GB/s, 838.8608 ms at
+0.01 GB/s, 8.388608 ms at 1 GB/s, 0.262144 ms at 32 GB/s.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import D, P, req, run
+from simkit import scenario_from_dict
+from simkit.spec import ConfigError
+
+ms = lambda x: pytest.approx(x, rel=1e-9, abs=1e-9)  # noqa: E731
+BLOCK_BYTES = 64 * 131072
+
+
+def copy_ms(blocks: int, gb_per_s: float) -> float:
+    return blocks * BLOCK_BYTES / (gb_per_s * 1e9) * 1000
+
+
+def offload_run(requests, d2h=10.0, h2d=10.0, host_blocks=100, **pool):
+    pool = dict(dict(block_size=64, num_gpu_blocks=8, max_num_seqs=4), **pool)
+    return run(requests, kv_offload={"host_blocks": host_blocks, "d2h_gb_per_s": d2h, "h2d_gb_per_s": h2d,
+                                     "kv_bytes_per_token": 131072}, **pool)
+
+
+def three(d2h=10.0, h2d=10.0, host_blocks=100, b_osl=2):
+    # A (4 blocks) at 0; B (7 blocks) at 1 s takes the GPU cache over; C = A's prompt at 2 s
+    return offload_run([req(0, 0, 256, 2, [1, 2, 3, 4], 64), req(1, 1000, 448, b_osl, range(10, 17), 64),
+                        req(2, 2000, 256, 2, [1, 2, 3, 4], 64)], d2h=d2h, h2d=h2d, host_blocks=host_blocks)
+
+
+def test_a_prefix_evicted_from_the_gpu_is_restored_from_the_host_and_the_restore_is_in_its_ttft():
+    # A's 4 prompt blocks are stored at the end of its prefill pass; B evicts them from the GPU.
+    # C finds none on the GPU and all 4 on the host: they are restored (4 blocks at 10 GB/s,
+    # 3.3554432 ms) before it is admitted, and it reuses 192 tokens (vLLM computes the last
+    # block of a fully cached prompt again): TTFT = 3.3554432 + P(64) (reference: admitted at
+    # 2003.3554432 ms, first token 2020.8303282 ms, 192 host tokens)
+    a, b, c = three()
+    assert c.first_admitted_at * 1000 == ms(2000 + copy_ms(4, 10))
+    assert c.cached_tokens == 192 and c.host_cached_tokens == 192
+    assert c.ttft_s * 1000 == ms(copy_ms(4, 10) + P(64))
+    assert c.restore_s * 1000 == ms(copy_ms(4, 10))
+    parts = c.ttft_components
+    assert parts["restore"] * 1000 == ms(copy_ms(4, 10)) and parts["engine_queue"] == ms(0.0)
+    assert a.host_cached_tokens == b.host_cached_tokens == 0 and a.ttft_components["restore"] is None
+
+
+def test_the_reference_default_rates_are_32_gb_per_s():
+    # (reference: C admitted at 2001.048576 ms)
+    recs = run([req(0, 0, 256, 2, [1, 2, 3, 4], 64), req(1, 1000, 448, 2, range(10, 17), 64),
+                req(2, 2000, 256, 2, [1, 2, 3, 4], 64)],
+               block_size=64, num_gpu_blocks=8, max_num_seqs=4,
+               kv_offload={"host_blocks": 100, "kv_bytes_per_token": 131072})
+    assert recs[2].first_admitted_at * 1000 == ms(2000 + copy_ms(4, 32))
+
+
+def test_a_cohort_larger_than_the_host_tier_is_not_stored():
+    # 2 host blocks cannot take A's 4: nothing is stored, C computes its whole prompt (reference:
+    # C's first token at 2020.415971 ms = 2000 + P(256))
+    c = three(host_blocks=2)[2]
+    assert c.host_cached_tokens == 0 and c.ttft_s * 1000 == ms(P(256))
+
+
+def test_a_pass_that_takes_gpu_blocks_still_being_copied_starts_when_the_copy_ends():
+    # X (7 blocks) prefills at 0 and ends; Y arrives at 20 ms and is admitted at X's end,
+    # over X's blocks, whose store (7 blocks at 1 GB/s, 58.720256 ms) is under way: Y's pass
+    # waits for it. Y: admitted at P(448), first token at P(448) + 58.720256 + P(448)
+    # (reference: 23.388097 and 105.49645 ms)
+    x, y = offload_run([req(0, 0, 448, 1, range(1, 8), 64), req(1, 20, 448, 1, range(10, 17), 64)], d2h=1.0)
+    assert y.first_admitted_at * 1000 == ms(P(448))
+    assert y.first_token_at * 1000 == ms(P(448) + copy_ms(7, 1) + P(448))
+
+
+def test_stores_of_one_worker_run_one_after_another():
+    # A1 and A2 (2 blocks each) prefill together: their stores at 0.01 GB/s run in turn, A1's
+    # over [P(256), P(256) + 1677.7216], A2's after it. B (5 blocks) at 1 s takes the 4 free
+    # blocks and one of A1's (freed first): its pass waits for A1's store only. First token at
+    # P(256) + 1677.7216 + P(320) (reference: 1719.540802 ms)
+    recs = offload_run([req(0, 0, 128, 1, [1, 2], 64), req(1, 0, 128, 1, [3, 4], 64),
+                        req(2, 1000, 320, 1, range(10, 15), 64)], d2h=0.01)
+    assert recs[2].first_token_at * 1000 == ms(P(256) + copy_ms(2, 0.01) + P(320))
+    # 7 blocks take blocks of both: the pass waits for both stores (reference: 3399.247268 ms)
+    recs = offload_run([req(0, 0, 128, 1, [1, 2], 64), req(1, 0, 128, 1, [3, 4], 64),
+                        req(2, 1000, 448, 1, range(10, 17), 64)], d2h=0.01)
+    assert recs[2].first_token_at * 1000 == ms(P(256) + copy_ms(4, 0.01) + P(448))
+
+
+def test_a_fenced_prompt_is_stored_a_pass_late_and_a_request_waits_for_blocks_still_being_stored():
+    # d2h 0.01 GB/s. A's store (4 blocks) ends at P(256) + 3355.4432 = 3375.859171 ms; B's
+    # prefill, over A's blocks, waits for it, so B's first token is at 3375.859171 + P(448). B's
+    # blocks being fenced, its store is prepared at its next pass and starts at that pass's
+    # end, B's second token (3432.556242 ms); it takes 7 x 838.8608 ms. C (A's prompt, at 2 s)
+    # finds A's blocks on the host but no GPU room until B ends, and that room is B's blocks,
+    # still being stored: its restore starts after B's store and takes 3.3554432 ms
+    # (reference: B's tokens at 3399.247268 and 3432.556242, C admitted at 9307.937285 ms)
+    for b_osl in (2, 5):
+        a, b, c = three(d2h=0.01, b_osl=b_osl)
+        a_stored = P(256) + copy_ms(4, 0.01)
+        assert b.first_token_at * 1000 == ms(a_stored + P(448))
+        b_second = a_stored + P(448) + D(449, 8 * 64)
+        assert b.second_token_at * 1000 == ms(b_second)
+        assert c.first_admitted_at * 1000 == ms(b_second + copy_ms(7, 0.01) + copy_ms(4, 10))
+        assert c.host_cached_tokens == 192
+
+
+def test_a_prompt_whose_every_block_is_on_the_gpu_looks_nothing_up_on_the_host():
+    # A (1 block), then B (7 blocks) at 1 s; C = B's prompt at 2 s while B's store (0.01 GB/s,
+    # 5872.0256 ms from B's prefill end) is under way. All 7 of C's blocks are on the GPU: no
+    # host look-up (which would wait for the store), C is admitted at once reusing 384 tokens;
+    # its decode step needs a new block, which takes one B's store still reads: it waits
+    # (reference: C's first token at 2017.474885, its end at 6928.722671 ms)
+    a, b, c = offload_run([req(0, 0, 64, 2, [1], 64), req(1, 1000, 448, 2, range(10, 17), 64),
+                           req(2, 2000, 448, 2, range(10, 17), 64)], d2h=0.01)
+    assert c.first_admitted_at * 1000 == ms(2000) and c.cached_tokens == 384 and c.host_cached_tokens == 0
+    assert c.first_token_at * 1000 == ms(2000 + P(64))
+    b_stored = 1000 + P(448) + copy_ms(7, 0.01)
+    assert c.finished_at * 1000 == ms(b_stored + D(449, 8 * 64))
+
+
+def test_the_summary_counts_hits_by_tier_and_the_bytes_copied():
+    from simkit.sim import simulate
+    from conftest import scenario
+
+    sc = scenario(block_size=64, num_gpu_blocks=8, max_num_seqs=4,
+                  kv_offload={"host_blocks": 100, "d2h_gb_per_s": 10.0, "h2d_gb_per_s": 10.0,
+                              "kv_bytes_per_token": 131072})
+    records = simulate(sc, [req(0, 0, 256, 2, [1, 2, 3, 4], 64), req(1, 1000, 448, 2, range(10, 17), 64),
+                            req(2, 2000, 256, 2, [1, 2, 3, 4], 64)])
+    # stores: A's 4 blocks, B's 7; C's restore of 4 blocks; C's last block, computed again, is
+    # already on the host (not stored twice)
+    assert records.kv_offload == {"host_hit_tokens": 192, "stored_blocks": 11, "restored_blocks": 4,
+                                  "d2h_bytes": 11 * BLOCK_BYTES, "h2d_bytes": 4 * BLOCK_BYTES}
+    from simkit.output.report import summarize
+    summary = summarize(records)
+    assert summary["kv_offload"]["host_hit_tokens"] == 192 and summary["kv_offload"]["gpu_hit_tokens"] == 0
+    assert summary["ttft_components"]["restore"]["mean"] == pytest.approx(copy_ms(4, 10) / 3, rel=1e-9)
+
+
+@pytest.mark.parametrize("pool, message", [
+    ({"kv_offload": {"host_blocks": 4, "offload": "prompt_and_output"}}, "not modelled yet"),
+    ({"kv_offload": {"host_blocks": 4, "storage": {"blocks": 10}}}, "'storage' tier"),
+    ({"kv_offload": {"host_blocks": 4}, "backend": "sglang"}, "backend: vllm only"),
+    ({"kv_offload": {"host_blocks": 4}, "enable_prefix_caching": False}, "enable_prefix_caching"),
+    ({"kv_offload": {"host_blocks": 0}}, "'host_blocks' must be > 0"),
+    ({"kv_offload": {"host_blocks": 4, "d2h_gb_per_s": 0}}, "'d2h_gb_per_s' must be > 0"),
+])
+def test_kv_offload_settings_that_cannot_be_honoured_are_refused(pool, message):
+    with pytest.raises(ConfigError, match=message):
+        scenario_from_dict({"pools": {"aggregated": pool}})
+
+
+def test_a_decode_pool_takes_no_host_tier_yet():
+    with pytest.raises(ConfigError, match="not on a decode pool yet"):
+        scenario_from_dict({"pools": {"prefill": {}, "decode": {"kv_offload": {"host_blocks": 4}}}})
