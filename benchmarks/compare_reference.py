@@ -87,6 +87,8 @@ def run_peer(args, out_dir: str, run: int = 0) -> tuple[float, int]:
            "--out", out_dir]
     if args.router_json:
         cmd += ["--router-json", args.router_json]
+    if args.host_offload:
+        cmd += ["--peer-raw-jsonl"]  # (its per-tier reuse)
     cmd += (["--workers", str(args.workers)] if args.mode == "agg"
             else ["--prefill", str(args.workers), "--decode", str(args.decode_workers or args.workers)])
     t0 = time.perf_counter()
@@ -108,10 +110,20 @@ def engine_json(args, out_dir: str, run: int = 0) -> str:
     if args.speculative:
         k, rates = parse_speculative(args.speculative)
         engine.update(aic_nextn=k, aic_nextn_accept_rates=",".join(map(str, rates)), aic_mtp_seed=42 + run)
+    if args.host_offload:
+        blocks, d2h, h2d = parse_host_offload(args.host_offload)
+        engine.update(kv_cache_bytes_per_token=131072, native_host_offload={
+            "num_host_blocks": blocks, "d2h_bandwidth_gbps": d2h, "h2d_bandwidth_gbps": h2d})
     path = os.path.join(out_dir, "engine.json")
     with open(path, "w") as f:
         json.dump(engine, f)
     return path
+
+
+def parse_host_offload(text: str) -> tuple[int, float, float]:
+    """``BLOCKS[:D2H:H2D]`` -> (blocks, d2h GB/s, h2d GB/s)."""
+    parts = text.split(":")
+    return int(parts[0]), float(parts[1]) if len(parts) > 1 else 32.0, float(parts[2]) if len(parts) > 2 else 32.0
 
 
 def parse_speculative(text: str) -> tuple[int, list[float]]:
@@ -138,6 +150,9 @@ def main() -> None:
                     help="speculative decoding on both sides: K draft tokens accepted with these conditional "
                          "rates (the reference's aic_nextn and aic_nextn_accept_rates; simkit with its "
                          "verify_in_prefill and budget_counts_drafts: false, the reference's way)")
+    ap.add_argument("--host-offload", metavar="BLOCKS[:D2H:H2D]",
+                    help="a host KV tier of BLOCKS blocks per prompt-pool worker (the reference's "
+                         "native_host_offload; GB/s each way, default 32), KV 131072 bytes per token")
     ap.add_argument("--workers", type=int, default=4, help="workers (agg) or prefill workers (disagg)")
     ap.add_argument("--decode-workers", type=int, default=None, help="disagg: decode workers (default: --workers)")
     ap.add_argument("--peer-runs", type=int, default=None,
@@ -171,6 +186,10 @@ def main() -> None:
         sets += [(f"pools.{pools[-1]}.speculative", {
             "num_speculative_tokens": k, "acceptance_rates": rates or None, "budget_counts_drafts": False,
             "verify_in_prefill": args.backend != "sglang"})]
+    if args.host_offload:
+        blocks, d2h, h2d = parse_host_offload(args.host_offload)
+        sets += [(f"pools.{pools[0]}.kv_offload", {"host_blocks": blocks, "d2h_gb_per_s": d2h, "h2d_gb_per_s": h2d,
+                                                  "kv_bytes_per_token": 131072})]
     sets += parse_overrides(args.set)
     scenario = load_scenario(os.path.join(REPO, "scenarios", f"reference_{args.mode}.yaml"), sets)
     runs = args.peer_runs or (3 if args.router == "kv_router" or sampled_speculation(args) else 1)
@@ -233,6 +252,22 @@ def main() -> None:
              f"{max(s['prefix_cache_reused_ratio'] for s in summaries):.4f})" if many else ")"))
     if abs(ours_reuse - theirs_reuse) > REUSE_TOLERANCE:
         failed.append("prefix reuse")
+    if args.host_offload:  # reuse by tier at first admissions, over the prompt tokens
+        raw = os.path.join(peer_dirs[0], "peer_report.jsonl")
+        if os.path.exists(raw):
+            with open(raw) as f:
+                rows = [json.loads(line) for line in f]
+            total = sum(r["input_length"] for r in rows)
+            ref_host = sum(r.get("first_admission_host_reused_input_tokens") or 0 for r in rows) / total
+            ref_gpu = sum(r.get("first_admission_g1_reused_input_tokens") or 0 for r in rows) / total
+            mine = list(records.requests)
+            total_ours = sum(r.input_length for r in mine)
+            our_host = sum(r.host_cached_tokens for r in mine) / total_ours
+            our_gpu = sum(r.cached_tokens - r.host_cached_tokens for r in mine) / total_ours
+            print(f"reuse by tier (first admissions, of prompt tokens): GPU simkit {our_gpu:.4f}, reference "
+                  f"{ref_gpu:.4f}; host simkit {our_host:.4f}, reference {ref_host:.4f}")
+            if abs(our_host - ref_host) > REUSE_TOLERANCE or abs(our_gpu - ref_gpu) > REUSE_TOLERANCE:
+                failed.append("reuse by tier")
     print("per request |relative error| (matched by trace line):")
     for metric in ("ttft_ms", "itl_ms", "e2e_ms"):
         errs = []

@@ -60,12 +60,17 @@ def scenarios(draw):
         pool["trtllm"] = {"batch_wait_timeout_iters": draw(st.integers(1, 20)),
                           "batch_wait_max_tokens_ratio": draw(st.sampled_from([0.05, 0.5, 1.0]))}
     speculative = draw_speculative(draw, backend)
+    prompt_pool = dict(pool)
+    if backend == "vllm" and pool["enable_prefix_caching"] and draw(st.booleans()):  # a host KV tier
+        prompt_pool["kv_offload"] = {"host_blocks": draw(st.sampled_from([2, 16, 400])),
+                                     "d2h_gb_per_s": draw(st.sampled_from([0.05, 32.0])),
+                                     "h2d_gb_per_s": draw(st.sampled_from([0.05, 32.0]))}
     if draw(st.booleans()):
-        data = {"pools": {"aggregated": dict(pool, speculative=speculative)}}
+        data = {"pools": {"aggregated": dict(prompt_pool, speculative=speculative)}}
     else:
         if "sglang" in pool:  # mixed chunk is for aggregated pools only
             pool["sglang"]["enable_mixed_chunk"] = False
-        data = {"pools": {"prefill": pool, "decode": dict(pool, workers=draw(st.integers(1, 3)),
+        data = {"pools": {"prefill": prompt_pool, "decode": dict(pool, workers=draw(st.integers(1, 3)),
                                                           speculative=speculative)},
                 "link": {"bandwidth_gb_per_s": draw(st.sampled_from([None, 5.0])),
                          "latency_ms": draw(st.sampled_from([0.0, 2.0])),
@@ -106,6 +111,9 @@ def _check_every_pass(sched, spec) -> None:
     def checked_complete(batch):
         out = complete(batch)
         sched.kv.check()
+        if sched.offload is not None:  # the host tier never holds or reserves more than its blocks
+            tier = sched.offload.tier
+            assert tier.used <= tier.capacity and not (tier.resident.keys() & tier.pending.keys())
         return out
 
     sched.schedule, sched.complete = checked_schedule, checked_complete
@@ -133,3 +141,6 @@ def test_every_request_ends_exactly_once_and_kv_is_conserved(scenario, requests)
     # after the run every worker holds no blocks (all requests ended; handoffs released)
     for w in workers:
         assert w.sched.kv.used_blocks == 0 and not w.sched.held and not w.sched.running
+        if w.offload is not None:  # no restore left holding GPU room (stores may still be copying)
+            host = w.offload.host
+            assert not host.tier.loading and not host.restores and not host.loaded

@@ -158,3 +158,44 @@ def test_kv_offload_settings_that_cannot_be_honoured_are_refused(pool, message):
 def test_a_decode_pool_takes_no_host_tier_yet():
     with pytest.raises(ConfigError, match="not on a decode pool yet"):
         scenario_from_dict({"pools": {"prefill": {}, "decode": {"kv_offload": {"host_blocks": 4}}}})
+
+
+def test_restored_requests_that_hold_the_whole_gpu_cache_give_it_back_instead_of_waiting_for_good():
+    # A and B (4 blocks each) are stored, X (8 blocks) evicts both from the GPU. C1 (A's prompt +
+    # 3 blocks) and C2 (B's + 3) arrive together: each restores its 4 blocks, which fills the 8
+    # GPU blocks, and neither can then take the 3 more it needs, nothing running to free any
+    # (the reference aborts such a replay: "effect-free zero-duration pass"). simkit gives the
+    # restored blocks back to the GPU cache: C1 finds its 4 there again and goes first (256
+    # tokens reused), then C2 computes its prompt (its blocks were taken by C1's).
+    recs = offload_run([req(0, 0, 256, 1, [1, 2, 3, 4], 64), req(1, 100, 256, 1, [5, 6, 7, 8], 64),
+                        req(2, 200, 512, 1, range(10, 18), 64),
+                        req(3, 300, 448, 1, [1, 2, 3, 4, 20, 21, 22], 64),
+                        req(4, 300, 448, 1, [5, 6, 7, 8, 30, 31, 32], 64)])
+    assert [r.status for r in recs] == ["completed"] * 5
+    c1, c2 = recs[3], recs[4]
+    assert c1.cached_tokens == 256 and c1.host_cached_tokens == 256
+    assert c1.first_admitted_at * 1000 == ms(300 + 2 * copy_ms(4, 10))  # the two restores in turn
+    assert c2.first_admitted_at > c1.finished_at - 1e-12
+
+
+def test_a_prefill_pool_stores_and_restores_too():
+    # disaggregated: the prefill worker has the host tier. A's 4 prompt blocks are freed when
+    # the decode side takes A (last block first in the free queue); B's 7 take the 4 never-used
+    # blocks and A's last 3, so A's first block is still on the prefill GPU when C (A's prompt)
+    # comes: 1 GPU block, 3 restored (3 x 0.8388608 ms), 192 tokens reused of which 128 restored
+    recs = run([req(0, 0, 256, 2, [1, 2, 3, 4], 64), req(1, 1000, 448, 2, range(10, 17), 64),
+                req(2, 2000, 256, 2, [1, 2, 3, 4], 64)], mode="disaggregated",
+               block_size=64, num_gpu_blocks=8, max_num_seqs=4)
+    assert recs[2].host_cached_tokens == 0  # (no tier: nothing restored)
+    from conftest import scenario
+    from simkit.sim import simulate
+    sc = scenario(mode="disaggregated", block_size=64, num_gpu_blocks=8, max_num_seqs=4)
+    import attrs
+    sc = attrs.evolve(sc, pools=attrs.evolve(sc.pools, prefill=attrs.evolve(
+        sc.pools.prefill, kv_offload=scenario_from_dict({"pools": {"aggregated": {"kv_offload": {
+            "host_blocks": 100, "d2h_gb_per_s": 10.0, "h2d_gb_per_s": 10.0,
+            "kv_bytes_per_token": 131072}}}}).pools.aggregated.kv_offload)))
+    c = simulate(sc, [req(0, 0, 256, 2, [1, 2, 3, 4], 64), req(1, 1000, 448, 2, range(10, 17), 64),
+                      req(2, 2000, 256, 2, [1, 2, 3, 4], 64)]).requests[2]
+    assert c.cached_tokens == 192 and c.host_cached_tokens == 128
+    assert c.first_admitted_at * 1000 == ms(2000 + copy_ms(3, 10))

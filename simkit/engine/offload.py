@@ -138,6 +138,9 @@ class HostOffload:
         #: once the copy ended
         self.restores: dict = {}
         self.loaded: set = set()
+        #: requests whose restored blocks were given back to the GPU cache (a stall; see
+        #: VllmScheduler._unhold_restored): admitted by a plain GPU look-up
+        self.given_back: set = set()
         #: per request id, the next prompt block index a store may start at
         self.store_from: dict = {}
         #: per request id, the store whose room its latest cohort reserved
@@ -182,7 +185,7 @@ class HostOffload:
         (wait: some are being stored or loaded, or its own last store is under way) or
         :data:`LOADING` (its restore is under way). Touches its blocks (LRU)."""
         if rid in self.restores:
-            return LOADING if rid not in self.loaded else 0
+            return LOADING if rid not in self.loaded and rid not in self.given_back else 0
         store = self.latest_store.get(rid)
         if store is not None and store in self.live_stores:
             return DEFERRED
@@ -220,6 +223,7 @@ class HostOffload:
         is over, and stores of its blocks start after them."""
         if self.restores.pop(rid, None) is not None:
             self.loaded.discard(rid)
+            self.given_back.discard(rid)
             self.store_from[rid] = reused_blocks
 
     def forget(self, rid: int) -> None:

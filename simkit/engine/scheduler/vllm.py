@@ -190,8 +190,8 @@ class VllmScheduler(Scheduler):
             if seq.rid in offload.loaded:
                 kv.release(seq.held, seq.anon)
                 seq.held, seq.anon = [], 0
-                offload.restores.pop(seq.rid, None)
                 offload.loaded.discard(seq.rid)
+                offload.given_back.add(seq.rid)  # (its restore still counts at its admission)
                 given = True
         return given
 
@@ -258,7 +258,7 @@ class VllmScheduler(Scheduler):
         offload, kv, bs = self.offload, self.kv, self.block_size
         rid = seq.rid
         if rid in offload.restores:
-            return _SKIP if rid not in offload.loaded else None
+            return None if rid in offload.loaded or rid in offload.given_back else _SKIP
         if seq.keys is None:
             seq.keys = seq.req.block_keys(bs) if self.caching else []
         keys = seq.keys
