@@ -461,7 +461,8 @@ class Simulation:
         Requests: arrived = in the router queue + in worker inboxes (or taken from one during a
         fast-forwarded run, not yet accepted) + waiting + running + on the handoff link + in the
         handoff queue + ended. KV, per worker: free anonymous +
-        free cached + in use = ``num_gpu_blocks``, and no block both free and in use.
+        free cached + in use = ``num_gpu_blocks``, and no block both free and in use; a host KV
+        tier holds (resident + being stored) at most its ``host_blocks``.
 
         Raises:
             InvariantError: naming the rule, the numbers and the time.
@@ -489,6 +490,12 @@ class Simulation:
                 if kv.used_blocks > kv.capacity:
                     raise InvariantError(f"at t={now:.6f} s, worker {w.name}: {kv.used_blocks} KV blocks "
                                          f"in use, more than num_gpu_blocks {kv.capacity}")
+                if w.offload is not None:
+                    tier = w.offload.host.tier
+                    if tier.used > tier.capacity or tier.resident.keys() & tier.pending.keys():
+                        raise InvariantError(f"at t={now:.6f} s, worker {w.name}: host KV tier holds "
+                                             f"{len(tier.resident)} + {len(tier.pending)} being stored of "
+                                             f"{tier.capacity} blocks (or a block both)")
         arrived = self.collector.arrived_count
         if arrived != sum(where.values()):
             parts = " + ".join(f"{k} {v}" for k, v in where.items())

@@ -169,7 +169,11 @@ class Drain:
 
 def carries_request(msg) -> bool:
     """Whether an inbox message is a request (or its handoff), not a control message."""
-    return type(msg) is not Released and type(msg) is not Drain and type(msg) is not Unreserve
+    return type(msg) not in _CONTROL
+
+
+#: inbox messages that carry no request
+_CONTROL = frozenset({Released, Drain, Unreserve, Stored, Restored})
 
 
 class Inbox(simpy.Store):
