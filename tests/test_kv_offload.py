@@ -199,3 +199,18 @@ def test_a_prefill_pool_stores_and_restores_too():
                       req(2, 2000, 256, 2, [1, 2, 3, 4], 64)]).requests[2]
     assert c.cached_tokens == 192 and c.host_cached_tokens == 128
     assert c.first_admitted_at * 1000 == ms(2000 + copy_ms(3, 10))
+
+
+def test_a_lone_running_request_that_preempts_itself_gets_the_room_restored_requests_hold():
+    # found by the invariant property: r1 (1040 tokens, block 16, 82 blocks) decodes alone while
+    # r2, preempted earlier, has restored its prompt and holds 15 blocks; r1's next block does not
+    # fit, it preempts itself, and nothing would run again: the restored blocks go back to the
+    # GPU cache and r1 is admitted at once
+    from simkit.core.request import Request
+    recs = run([Request(0, 0.0, 1, 20, (0,), 64), Request(1, 0.0, 1040, 34, tuple(range(17)), 64),
+                Request(2, 0.0, 240, 2, (100, 101, 102, 103), 64), Request(3, 0.0, 1, 0, (0,), 64)],
+               block_size=16, num_gpu_blocks=82, max_num_batched_tokens=256, max_num_seqs=2,
+               kv_offload={"host_blocks": 16, "d2h_gb_per_s": 0.05, "h2d_gb_per_s": 0.05,
+                           "kv_bytes_per_token": 131072})
+    assert [r.status for r in recs] == ["completed"] * 4
+    assert [r.output_length for r in recs] == [20, 34, 2, 0]

@@ -174,13 +174,14 @@ class VllmScheduler(Scheduler):
             i += 1
         if not batch.preempted and not hold:
             self._admit(batch, budget)
-            if not entries and self.offload is not None and self._unhold_restored():
-                self._admit(batch, budget)
+        if not entries and not hold and self.offload is not None and self._unhold_restored():
+            self._admit(batch, budget)  # (after a preemption too: else nothing runs, for good)
         return batch if entries else None
 
     def _unhold_restored(self) -> bool:
-        """Host offload, when nothing runs and nothing could be admitted: waiting requests whose
-        restores ended hold GPU blocks no pass will ever free, and the first in line needs more.
+        """Host offload, when the pass would run nothing (nothing admitted, or the only running
+        request preempted for want of room): waiting requests whose restores ended hold GPU
+        blocks no pass will ever free, and the first in line needs more.
         vLLM (and the reference, which aborts such a replay: "effect-free zero-duration pass")
         would wait for good; simkit gives their restored blocks back to the GPU cache, still
         hittable, and lets them look up again. Returns whether any was given back."""
