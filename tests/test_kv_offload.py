@@ -214,3 +214,20 @@ def test_a_lone_running_request_that_preempts_itself_gets_the_room_restored_requ
                            "kv_bytes_per_token": 131072})
     assert [r.status for r in recs] == ["completed"] * 4
     assert [r.output_length for r in recs] == [20, 34, 2, 0]
+
+
+def test_passes_record_the_host_tier_and_the_worker_series_plots_it():
+    from conftest import scenario
+    from simkit.output.plots import worker_series
+    from simkit.sim import simulate
+
+    sc = scenario(block_size=64, num_gpu_blocks=8, max_num_seqs=4,
+                  kv_offload={"host_blocks": 100, "d2h_gb_per_s": 10.0, "h2d_gb_per_s": 10.0,
+                              "kv_bytes_per_token": 131072})
+    records = simulate(sc, [req(0, 0, 256, 2, [1, 2, 3, 4], 64), req(1, 1000, 448, 2, range(10, 17), 64)],
+                       record_passes=True)
+    # A's prefill pass (the tier empty), its decode pass (A's 4 blocks being stored), B's passes
+    assert [p.host_blocks for p in records.pass_log] == [0, 4, 4, 11]
+    assert len(worker_series(records).axes) == 4
+    plain = simulate(scenario(), [req(0, 0, 256, 2)], record_passes=True)
+    assert {p.host_blocks for p in plain.pass_log} == {None} and len(worker_series(plain).axes) == 3

@@ -611,7 +611,8 @@ class Worker:
             if self.pass_log is not None:  # logged once complete, like the pass count
                 self.pass_log.append(PassRecord(
                     pool, wid, now, env.now, batch.prefill_tokens, batch.decode_requests,
-                    batch.decode_context_tokens, kv_blocks, len(batch.preempted), len(batch.admitted)))
+                    batch.decode_context_tokens, kv_blocks, len(batch.preempted), len(batch.admitted),
+                    None if offload is None else offload.host.tier.used))
             emitted, finished, prefilled = sched.complete(batch)
             if self.stored_in_pass:  # the blocks this pass computed (stored at schedule or at its end)
                 self._flush_stored()

@@ -139,7 +139,8 @@ class PassRecord:
     """One forward pass of one worker: when it ran and what it held.
 
     ``kv_blocks`` is the worker's KV blocks in use during the pass (after its allocations);
-    ``preempted`` and ``admitted`` count requests preempted and newly admitted at its start.
+    ``preempted`` and ``admitted`` count requests preempted and newly admitted at its start;
+    ``host_blocks`` the blocks its host KV tier holds or is storing then (None without one).
     """
 
     pool: str
@@ -152,6 +153,7 @@ class PassRecord:
     kv_blocks: int
     preempted: int
     admitted: int
+    host_blocks: Optional[int] = None
 
 
 @frozen(slots=True)

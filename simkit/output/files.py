@@ -109,7 +109,8 @@ def chrome_trace(records: RunRecords) -> dict:
                        "dur": (p.end_at - p.start_at) * 1e6,
                        "args": {"prefill_tokens": p.prefill_tokens, "decode_requests": p.decode_requests,
                                 "decode_context_tokens": p.decode_context_tokens, "kv_blocks": p.kv_blocks,
-                                "preempted": p.preempted, "admitted": p.admitted}})
+                                "preempted": p.preempted, "admitted": p.admitted,
+                                **({} if p.host_blocks is None else {"host_blocks": p.host_blocks})}})
     link = len(pools) + 1
     for r in records.requests:
         if r.transfer_s is not None:

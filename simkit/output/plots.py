@@ -139,7 +139,7 @@ def pass_timeline(records: RunRecords, until_s: Optional[float] = None):
 
 def worker_series(records: RunRecords):
     """Time series per worker: KV blocks in use and requests in the batch, from the pass
-    records; and the router-to-admission queue depth (requests arrived but not yet admitted
+    records (and a host KV tier's blocks, when there is one); and the router-to-admission queue depth (requests arrived but not yet admitted
     by a prompt worker), from the request records. Needs ``record_passes``.
 
     Raises:
@@ -149,12 +149,16 @@ def worker_series(records: RunRecords):
 
     if records.pass_log is None:
         raise ValueError("this run has no pass records: simulate with record_passes=True")
-    fig = Figure(figsize=(10, 7), layout="constrained")
-    ax_kv, ax_batch, ax_queue = fig.subplots(3, 1, sharex=True)
+    host = any(p.host_blocks is not None for p in records.pass_log)
+    fig = Figure(figsize=(10, 9 if host else 7), layout="constrained")
+    axes = fig.subplots(4 if host else 3, 1, sharex=True)
+    ax_kv, ax_batch, ax_queue = axes[0], axes[1], axes[-1]
     for pool, worker in _workers(records.pass_log):
         mine = [p for p in records.pass_log if (p.pool, p.worker) == (pool, worker)]
         t = [p.start_at for p in mine]
         ax_kv.step(t, [p.kv_blocks for p in mine], where="post", label=f"{pool}/{worker}")
+        if host and mine[0].host_blocks is not None:
+            axes[2].step(t, [p.host_blocks for p in mine], where="post", label=f"{pool}/{worker}")
         ax_batch.step(t, [p.decode_requests + (1 if p.prefill_tokens else 0) for p in mine], where="post",
                       label=f"{pool}/{worker}")
     # at equal times the arrival counts before the admission (sort key -change: +1 first)
@@ -171,7 +175,9 @@ def worker_series(records: RunRecords):
     ax_batch.set_ylabel("requests in pass")
     ax_queue.set_ylabel("requests arrived,\nnot yet admitted")
     ax_queue.set_xlabel("simulated time (s)")
-    for ax in (ax_kv, ax_batch, ax_queue):
+    if host:
+        axes[2].set_ylabel("host KV blocks\n(held or being stored)")
+    for ax in axes:
         ax.grid(True, alpha=0.3)
     if len(_workers(records.pass_log)) <= 12:
         ax_kv.legend(fontsize="small", ncols=4)
