@@ -156,6 +156,9 @@ def _swap(sim, old, new) -> None:
         for w in workers:
             if getattr(w.kv_listener, "__self__", None) is old:
                 w.kv_listener = new.kv_event
+                if w.offload is not None and w.offload.host.tier.on_change is not None:  # its host tier too
+                    w.offload.host.tier.on_change = (lambda stored, keys, wid=w.wid:
+                                                     new.host_event(wid, stored, keys))
     if getattr(sim, "_kv_listener", None) is not None and sim._kv_listener.__self__ is old:
         sim._kv_listener = new.kv_event
 

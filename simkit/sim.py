@@ -222,6 +222,7 @@ class Simulation:
         self._pass_end_hook = None  # set once the router exists (router queue thresholds)
         self._kv_watched = False  # likewise: the router queue's max_kv_usage watches the entry pool's KV
         self._kv_listener = None  # set once the router exists (a KV-aware router's KV events)
+        self._host_listener = None  # likewise, its host-tier events
         self._clock = None  # the planner, once it exists (fast-forward horizon)
         self.router: Optional[Router] = None
         latencies = {}
@@ -246,6 +247,7 @@ class Simulation:
                     worker.kv_watched = self._kv_watched
                     if self._kv_listener is not None:
                         worker.publish_kv_events(self._kv_listener, event_lag_s)
+                        _publish_host_events(worker, self._host_listener)
                 # (with a host tier every prompt block keeps its identity: it is stored and found there)
                 worker.sched.private_ids = private if worker.offload is None else None
                 worker.clock = self._clock
@@ -276,8 +278,10 @@ class Simulation:
                 self.collector.listeners.append(policy.ended)
         if isinstance(self.router.entry_policy, KvAware):  # it hears the prompt pool's KV events
             self._kv_listener = self.router.entry_policy.kv_event
+            self._host_listener = self.router.entry_policy.host_event
             for worker in self.pools[entry_name]:
                 worker.publish_kv_events(self._kv_listener, event_lag_s)
+                _publish_host_events(worker, self._host_listener)
         if self.link is not None and scenario.link.timing_mode == "destination_missing":
             self.link.place = self.router.place_decode
         for name in ("decode", entry_name):
@@ -500,6 +504,14 @@ class Simulation:
         if arrived != sum(where.values()):
             parts = " + ".join(f"{k} {v}" for k, v in where.items())
             raise InvariantError(f"at t={now:.6f} s, requests not conserved: arrived {arrived} != {parts}")
+
+
+def _publish_host_events(worker, listener) -> None:
+    """A worker's host KV tier, if it has one, tells ``listener(wid, stored, keys)`` of the
+    blocks it takes in and evicts (a KV-aware router weighs host hits)."""
+    if worker.offload is not None:
+        wid = worker.wid
+        worker.offload.host.tier.on_change = lambda stored, keys: listener(wid, stored, keys)
 
 
 def build(scenario: Scenario, requests: Optional[Iterable[Request]] = None,

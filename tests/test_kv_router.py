@@ -276,3 +276,18 @@ def test_a_kv_router_alias_is_read_as_its_field_and_the_resolved_scenario_names_
     assert scenario.router.prefill_load_scale == 0.0 and scenario.router.overlap_score_credit == 0.0
     text = dump_scenario(scenario)
     assert "overlap_score_weight" not in text and "prefill_load_scale: 0.0" in text
+
+
+def test_host_tier_blocks_count_host_cache_hit_weight_each_in_the_prefill_term():
+    # one worker, 8 GPU blocks and a host tier: A (4 blocks) is stored to the host, B (7 blocks)
+    # evicts A's blocks from the GPU (the router hears both). C, A's prompt: no GPU overlap, 4
+    # host blocks credited 0.75 each: prefill 256 / 64 - 3 = 1, + its 4 active blocks = 5
+    # (measured on the reference: 4 host blocks lower a cost by 3); without a tier 4 + 4 = 8
+    reqs = [R(0, 0, 256, 2, [1, 2, 3, 4]), R(1, 1000, 448, 2, range(10, 17)), R(2, 2000, 256, 2, [1, 2, 3, 4])]
+    tier = {"host_blocks": 100, "d2h_gb_per_s": 10.0, "h2d_gb_per_s": 10.0, "kv_bytes_per_token": 131072}
+    _, entry, _ = route(reqs, workers=1, num_gpu_blocks=8, kv_offload=tier)
+    assert costs(entry)[2] == 5.0
+    _, entry, _ = route(reqs, workers=1, num_gpu_blocks=8, kv_offload=tier, router={"host_cache_hit_weight": 0.5})
+    assert costs(entry)[2] == 6.0
+    _, entry, _ = route(reqs, workers=1, num_gpu_blocks=8)
+    assert costs(entry)[2] == 8.0

@@ -74,6 +74,20 @@ def leading_runs(keys: Sequence[int], index: dict, candidates: int) -> dict[int,
     return runs
 
 
+def _mark(index: dict, bit: int, stored: bool, keys: Sequence[int]) -> None:
+    """Set (``stored``) or clear ``bit`` for each of ``keys`` in ``index`` (key -> bitmask)."""
+    if stored:
+        for key in keys:
+            index[key] = index.get(key, 0) | bit
+    else:
+        for key in keys:
+            mask = index.get(key, 0) & ~bit
+            if mask:
+                index[key] = mask
+            else:
+                index.pop(key, None)
+
+
 class _Routed:
     """What the router remembers of one request it routed to worker ``wid``."""
 
@@ -112,6 +126,9 @@ class KvAware:
         self.active_anon: Counter = Counter()  #: wid -> active blocks counted apart
         self.active_holders: dict[int, int] = {}  #: key -> bitmask of workers where it is active
         self.cached: dict[int, int] = {}  #: key -> bitmask of workers that announced it stored
+        #: key -> bitmask of workers whose host KV tier announced it (``kv_offload``)
+        self.host_cached: dict[int, int] = {}
+        self.host_weight = spec.host_cache_hit_weight
         #: workers whose state a decision must bring up to date first (fast-forwarded runs that
         #: may evict announced blocks): set by the composition root to the pool's worker list
         self.pool_workers: Sequence = ()
@@ -127,18 +144,11 @@ class KvAware:
 
     def kv_event(self, wid: int, stored: bool, keys: Sequence[int]) -> None:
         """Worker ``wid`` announced ``keys`` stored (hittable) or removed (evicted)."""
-        cached = self.cached
-        bit = 1 << wid
-        if stored:
-            for key in keys:
-                cached[key] = cached.get(key, 0) | bit
-        else:
-            for key in keys:
-                mask = cached.get(key, 0) & ~bit
-                if mask:
-                    cached[key] = mask
-                else:
-                    cached.pop(key, None)
+        _mark(self.cached, 1 << wid, stored, keys)
+
+    def host_event(self, wid: int, stored: bool, keys: Sequence[int]) -> None:
+        """Worker ``wid``'s host KV tier announced ``keys`` stored (copied there) or evicted."""
+        _mark(self.host_cached, 1 << wid, stored, keys)
 
     def prefill_done(self, rid: int) -> None:
         """``rid``'s prompt is done (its first token, or its prefill on a prefill worker): its
@@ -210,6 +220,23 @@ class KvAware:
         for w in workers:
             candidates |= 1 << w.wid
         overlap = leading_runs(keys, self.cached, candidates) if self.prefill_term and keys else {}
+        credited = overlap
+        if self.host_cached and overlap is not None and keys and self.prefill_term:
+            # host-tier blocks continuing each worker's GPU prefix count host_cache_hit_weight each
+            credited = dict(overlap)
+            host = self.host_cached
+            for w in workers:
+                wid = w.wid
+                g = overlap.get(wid, 0)
+                bit = 1 << wid
+                h = 0
+                for key in keys[g:]:
+                    if host.get(key, 0) & bit:
+                        h += 1
+                    else:
+                        break
+                if h:
+                    credited[wid] = g + self.host_weight * h
         full = isl // bs
         queued = self.prefill_tokens
         out = []
@@ -225,7 +252,7 @@ class KvAware:
                 credit = self.credit
                 if decay:
                     credit *= 1.0 / (1.0 + decay * (((queued[wid] - floor) / bs) / -(-isl // bs)))
-                cost = self.scale * max(raw - credit * overlap.get(wid, 0), 0.0)
+                cost = self.scale * max(raw - credit * credited.get(wid, 0), 0.0)
             if self.blocks_term:
                 if self.reuse:
                     counts = self.active_keys.get(wid)

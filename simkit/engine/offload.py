@@ -48,13 +48,16 @@ class HostTier:
     its room reserved) or absent.
     """
 
-    __slots__ = ("capacity", "resident", "pending", "loading")
+    __slots__ = ("capacity", "resident", "pending", "loading", "on_change")
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self.resident: OrderedDict = OrderedDict()  #: key -> None, least recently used first
         self.pending: dict = {}  #: key -> id of the store copying it
         self.loading: dict = {}  #: key -> rid of the request restoring it (not evictable)
+        #: when set: on_change(stored, keys) as keys become resident (a store ended) or are
+        #: evicted (a KV-aware router's view of the tier)
+        self.on_change: Optional[Callable[[bool, list], None]] = None
 
     @property
     def used(self) -> int:
@@ -101,6 +104,8 @@ class HostTier:
                 return False
             for key in evictable:
                 del self.resident[key]
+            if self.on_change is not None:
+                self.on_change(False, evictable)
         for key in keys:
             self.pending[key] = store_id
         return True
@@ -112,6 +117,8 @@ class HostTier:
             if pending.pop(key, None) is not None:
                 resident[key] = None
                 resident.move_to_end(key)
+        if self.on_change is not None:
+            self.on_change(True, list(keys))
 
 
 class HostOffload:
