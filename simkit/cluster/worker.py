@@ -654,8 +654,9 @@ class Worker:
         """Host offload, at a pass end: store the full prompt blocks the pass computed."""
         host = self.offload.host
         bs = self.sched.block_size
-        for seq, _n, _is_prefill in batch.entries:
-            if seq.keys:
+        retry = host.retry
+        for seq, _n, is_prefill in batch.entries:
+            if (is_prefill or seq.rid in retry) and seq.keys:
                 host.computed(seq.rid, seq.keys, min(seq.computed, seq.prompt_len) // bs)
         host.fenced.clear()
         for seq in finished:

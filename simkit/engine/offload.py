@@ -48,7 +48,7 @@ class HostTier:
     its room reserved) or absent.
     """
 
-    __slots__ = ("capacity", "resident", "pending", "loading", "on_change")
+    __slots__ = ("capacity", "resident", "pending", "loading", "on_change", "_touched", "_touched_at", "_order")
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
@@ -58,6 +58,11 @@ class HostTier:
         #: when set: on_change(stored, keys) as keys become resident (a store ended) or are
         #: evicted (a KV-aware router's view of the tier)
         self.on_change: Optional[Callable[[bool, list], None]] = None
+        #: the key list touched last and the LRU order's version then: touching it again before
+        #: anything else moved is a no-op, skipped (a request looked up at every pass)
+        self._touched = None
+        self._touched_at = -1
+        self._order = 0
 
     @property
     def used(self) -> int:
@@ -81,10 +86,14 @@ class HostTier:
 
     def touch(self, keys: Sequence[int]) -> None:
         """Mark ``keys`` used, last to first (the first ends most recently used)."""
+        if self._touched is keys and self._order == self._touched_at:
+            return  # the same keys, nothing moved since: they are already in this order at the end
         resident = self.resident
         for key in reversed(keys):
             if key in resident:
                 resident.move_to_end(key)
+        self._order += 1
+        self._touched, self._touched_at = keys, self._order
 
     def reserve(self, keys: Sequence[int], store_id: int) -> bool:
         """Reserve room for ``keys`` (absent ones) under store ``store_id``, evicting least
@@ -104,6 +113,7 @@ class HostTier:
                 return False
             for key in evictable:
                 del self.resident[key]
+            self._order += 1
             if self.on_change is not None:
                 self.on_change(False, evictable)
         for key in keys:
@@ -117,6 +127,7 @@ class HostTier:
             if pending.pop(key, None) is not None:
                 resident[key] = None
                 resident.move_to_end(key)
+        self._order += 1
         if self.on_change is not None:
             self.on_change(True, list(keys))
 
@@ -141,6 +152,8 @@ class HostOffload:
         self._fenced_now = False
         #: requests whose blocks this pass's allocations fenced: no store at this pass end
         self.fenced: set = set()
+        #: requests whose store is owed from their next pass end on (fenced, or no room)
+        self.retry: set = set()
         #: per request id: (GPU hit blocks, loaded blocks) of its restore; ``loaded`` is set
         #: once the copy ended
         self.restores: dict = {}
@@ -237,6 +250,7 @@ class HostOffload:
         """Request ``rid`` left this worker (finished, rejected, handed over)."""
         self.store_from.pop(rid, None)
         self.latest_store.pop(rid, None)
+        self.retry.discard(rid)
 
     # ------------------------------------------------------------------ store
 
@@ -244,8 +258,10 @@ class HostOffload:
         """A pass that ``rid`` took part in ended with the first ``prompt_blocks_done`` full
         prompt blocks of ``rid`` (keys ``keys``) computed: store the new ones the tier lacks, as
         one copy (not if the pass fenced its blocks: then at its next pass end)."""
+        self.retry.discard(rid)
         if rid in self.fenced:
             self.fenced.discard(rid)
+            self.retry.add(rid)
             return
         start = self.store_from.get(rid, 0)
         end = min(prompt_blocks_done, len(keys))
@@ -258,7 +274,8 @@ class HostOffload:
             return
         store_id = self.next_store
         if not tier.reserve(missing, store_id):
-            return  # no room: retried at its next pass end
+            self.retry.add(rid)  # no room: retried at its next pass end
+            return
         self.next_store += 1
         self.store_from[rid] = end
         self.latest_store[rid] = store_id

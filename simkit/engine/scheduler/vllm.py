@@ -265,7 +265,8 @@ class VllmScheduler(Scheduler):
         keys = seq.keys
         if not keys:
             return None
-        prompt_keys = keys[:seq.prompt_len // bs]
+        n_prompt = seq.prompt_len // bs
+        prompt_keys = keys if len(keys) <= n_prompt else keys[:n_prompt]  # (the same list each pass)
         # the host look-up continues the GPU prefix as the GPU holds it, all of its blocks (the
         # reference's: a prompt whose every block is in the GPU cache looks nothing up, though it
         # reuses them but the last; measured), the restore the GPU hit vLLM reuses
