@@ -63,12 +63,19 @@ def cases(draw):
     data = {"latency": latency,
             "max_sim_time_s": draw(st.sampled_from([None, None, 0.5, 2.0]))}
     speculative = draw_speculative(draw, backend)
+    prompt_pool = dict(pool)
+    if backend == "vllm" and pool.get("enable_prefix_caching", True) and draw(st.booleans()):
+        # a host KV tier on the pool that computes prompts (its workers step; the others run fast)
+        prompt_pool["kv_offload"] = {"host_blocks": draw(st.sampled_from([4, 400])),
+                                     "d2h_gb_per_s": draw(st.sampled_from([0.05, 32.0])),
+                                     "h2d_gb_per_s": draw(st.sampled_from([0.05, 32.0]))}
     if draw(st.booleans()):
-        data["pools"] = {"aggregated": dict(pool, speculative=speculative)}
+        data["pools"] = {"aggregated": dict(prompt_pool, speculative=speculative)}
     else:
         if "sglang" in pool:  # mixed chunk is for aggregated pools only
             pool["sglang"]["enable_mixed_chunk"] = False
-        data["pools"] = {"prefill": pool, "decode": dict(pool, workers=draw(st.integers(1, 3)),
+            prompt_pool["sglang"] = pool["sglang"]
+        data["pools"] = {"prefill": prompt_pool, "decode": dict(pool, workers=draw(st.integers(1, 3)),
                                                          speculative=speculative)}
         data["link"] = {"bandwidth_gb_per_s": draw(st.sampled_from([None, 2.0])),
                         "latency_ms": draw(st.sampled_from([0.0, 3.0])),
