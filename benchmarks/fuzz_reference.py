@@ -202,6 +202,12 @@ def random_case(rng: random.Random, backend: str = "vllm", router_mode: str = "k
         engine["native_host_offload"] = {"num_host_blocks": rng.choice([4, 16, 64, 1000]),
                                          "d2h_bandwidth_gbps": rng.choice([0.05, 1.0, 32.0]),
                                          "h2d_bandwidth_gbps": rng.choice([0.05, 1.0, 32.0])}
+        if rng.random() < 0.5:  # a storage tier behind it
+            engine["g3_offload"] = {"num_g3_blocks": rng.choice([8, 1000]),
+                                    "scope": rng.choice(["worker_local", "cluster_shared"]),
+                                    "latency_to_first_byte_ms": rng.choice([0.1, 5.0]),
+                                    "read_bandwidth_gbps": rng.choice([0.1, 10.0]),
+                                    "write_bandwidth_gbps": rng.choice([0.1, 10.0])}
     engine["backend"] = rng.choice(["vllm", "sglang", "trtllm"]) if backend == "random" else backend
     mode = rng.choice(["kv_router", "round_robin"]) if router_mode == "mixed" else router_mode
     spec = {"engine": engine, "tbs": tbs, "router": router if mode == "kv_router" else {}, "mode": mode,
@@ -226,6 +232,12 @@ def scenario_of(path: str, spec: dict):
         pool["kv_offload"] = {"host_blocks": host["num_host_blocks"], "d2h_gb_per_s": host["d2h_bandwidth_gbps"],
                               "h2d_gb_per_s": host["h2d_bandwidth_gbps"],
                               "kv_bytes_per_token": eng["kv_cache_bytes_per_token"]}
+        g3 = eng.get("g3_offload")
+        if g3 is not None:
+            pool["kv_offload"]["storage"] = {"blocks": g3["num_g3_blocks"], "read_gb_per_s": g3["read_bandwidth_gbps"],
+                                             "write_gb_per_s": g3["write_bandwidth_gbps"],
+                                             "first_byte_latency_ms": g3["latency_to_first_byte_ms"],
+                                             "scope": "worker" if g3["scope"] == "worker_local" else "pool"}
     if pool["backend"] == "sglang":  # the reference's way: a documented difference from SGLang
         pool["sglang"] = {"budgets_count_chunks": True}
     router = {"kind": "kv_aware", **spec["router"]} if spec["mode"] == "kv_router" else {"kind": "round_robin"}
@@ -297,6 +309,8 @@ def check_case(peer_python: str, rows: list, spec: dict, label: str, verbose: bo
               f"{spec['engine']['num_gpu_blocks']} blocks of {spec['engine']['block_size']}, {spec['mode']} "
               f"{spec['router']})" + (f"; host hits {result.kv_offload['host_hit_tokens']} tokens, "
                                      f"{result.kv_offload['stored_blocks']} blocks stored"
+                                     + (f", {result.kv_offload['staged_blocks']} staged from storage"
+                                        if "staged_blocks" in result.kv_offload else "")
                                      if getattr(result, "kv_offload", None) else ""))
     return problems
 

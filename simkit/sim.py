@@ -231,6 +231,7 @@ class Simulation:
         #: on the reference: a decode worker that takes a prompt's KV in at the instant its
         #: prefill ends frees the prefill side before that worker forms its next pass)
         order = {"decode": 0, "aggregated": 1, "prefill": 1}
+        shared_storage: dict = {}  #: pool -> its storage tier (kv_offload.storage.scope: pool)
         for name, pool_spec in scenario.pools.named():
             index = order[name]
             latency = latencies[name] = make_latency_model(pool_spec.latency or scenario.latency,
@@ -250,6 +251,12 @@ class Simulation:
                         _publish_host_events(worker, self._host_listener)
                 # (with a host tier every prompt block keeps its identity: it is stored and found there)
                 worker.sched.private_ids = private if worker.offload is None else None
+                storage = pool_spec.kv_offload.storage if pool_spec.kv_offload is not None else None
+                if storage is not None and storage.scope == "pool":  # one storage tier, all its workers
+                    own = worker.offload.host.storage
+                    shared = worker.offload.host.storage = shared_storage.setdefault(name, own)
+                    if shared is not own:
+                        shared.inboxes.extend(own.inboxes)
                 worker.clock = self._clock
                 if self.router is not None:  # a worker the planner adds
                     self._wire_pairing(worker)
@@ -404,6 +411,12 @@ class Simulation:
                 "restored_blocks": sum(o.host.restored_blocks for o in offloading),
                 "d2h_bytes": sum(o.bytes_d2h for o in offloading),
                 "h2d_bytes": sum(o.bytes_h2d for o in offloading)}
+            if any(o.host.storage is not None for o in offloading):
+                extra["kv_offload"].update(
+                    staged_blocks=sum(o.host.staged_blocks for o in offloading),
+                    written_blocks=sum(o.host.written_blocks for o in offloading),
+                    storage_read_bytes=sum(o.bytes_read for o in offloading),
+                    storage_write_bytes=sum(o.bytes_written for o in offloading))
         records = self.collector.finalize(end_at, worker_seconds, passes, reason, detail,
                                           not_arrived=self.source.unreleased(), **extra)
         workers = [w for ws in self.pools.values() for w in ws]

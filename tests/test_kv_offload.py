@@ -23,10 +23,12 @@ def copy_ms(blocks: int, gb_per_s: float) -> float:
     return blocks * BLOCK_BYTES / (gb_per_s * 1e9) * 1000
 
 
-def offload_run(requests, d2h=10.0, h2d=10.0, host_blocks=100, **pool):
+def offload_run(requests, d2h=10.0, h2d=10.0, host_blocks=100, storage=None, **pool):
     pool = dict(dict(block_size=64, num_gpu_blocks=8, max_num_seqs=4), **pool)
-    return run(requests, kv_offload={"host_blocks": host_blocks, "d2h_gb_per_s": d2h, "h2d_gb_per_s": h2d,
-                                     "kv_bytes_per_token": 131072}, **pool)
+    tier = {"host_blocks": host_blocks, "d2h_gb_per_s": d2h, "h2d_gb_per_s": h2d, "kv_bytes_per_token": 131072}
+    if storage is not None:
+        tier["storage"] = storage
+    return run(requests, kv_offload=tier, **pool)
 
 
 def three(d2h=10.0, h2d=10.0, host_blocks=100, b_osl=2):
@@ -144,7 +146,8 @@ def test_the_summary_counts_hits_by_tier_and_the_bytes_copied():
 
 @pytest.mark.parametrize("pool, message", [
     ({"kv_offload": {"host_blocks": 4, "offload": "prompt_and_output"}}, "not modelled yet"),
-    ({"kv_offload": {"host_blocks": 4, "storage": {"blocks": 10}}}, "'storage' tier"),
+    ({"kv_offload": {"host_blocks": 4, "storage": {"blocks": 10, "scope": "node"}}}, "scope"),
+    ({"kv_offload": {"host_blocks": 4, "storage": {"blocks": 10, "shared_read_gb_per_s": 5}}}, "shared_read_gb_per_s"),
     ({"kv_offload": {"host_blocks": 4}, "backend": "sglang"}, "backend: vllm only"),
     ({"kv_offload": {"host_blocks": 4}, "enable_prefix_caching": False}, "enable_prefix_caching"),
     ({"kv_offload": {"host_blocks": 0}}, "'host_blocks' must be > 0"),
@@ -231,3 +234,61 @@ def test_passes_record_the_host_tier_and_the_worker_series_plots_it():
     assert len(worker_series(records).axes) == 4
     plain = simulate(scenario(), [req(0, 0, 256, 2)], record_passes=True)
     assert {p.host_blocks for p in plain.pass_log} == {None} and len(worker_series(plain).axes) == 3
+
+
+
+@pytest.mark.parametrize("blocks, read, latency, expected_ms", [
+    # (reference: C admitted 3.4554432, 18.5549376, 3.3554432, 6.8108864, 37.0098752, 6.7108864 ms
+    # after its arrival)
+    (2, None, None, 0.1 + copy_ms(2, 10) + copy_ms(2, 10)),
+    (2, 1.0, None, 0.1 + copy_ms(2, 1) + copy_ms(2, 10)),
+    (2, None, 0.0, copy_ms(2, 10) + copy_ms(2, 10)),
+    (4, None, None, 0.1 + copy_ms(4, 10) + copy_ms(4, 10)),
+    (4, 1.0, None, 0.1 + copy_ms(4, 1) + copy_ms(4, 10)),
+    (4, None, 0.0, copy_ms(4, 10) + copy_ms(4, 10)),
+])
+def test_a_storage_hit_is_staged_through_the_host_then_restored(blocks, read, latency, expected_ms):
+    # A (``blocks`` blocks) is stored to the host (7 blocks) and written on to storage; B's 7
+    # blocks evict A's from the GPU and from the host. C, A's prompt: no GPU or host hit, its
+    # blocks in storage: staged to the host (0.1 ms to the first byte by default, then at the
+    # read rate, 10 GB/s by default), then restored to the GPU at 10 GB/s, then admitted
+    storage = {"blocks": 100}
+    if read is not None:
+        storage["read_gb_per_s"] = read
+    if latency is not None:
+        storage["first_byte_latency_ms"] = latency
+    n = blocks * 64
+    recs = offload_run([req(0, 0, n, 2, range(1, blocks + 1), 64), req(1, 1000, 448, 2, range(10, 17), 64),
+                        req(2, 2000, n, 2, range(1, blocks + 1), 64)], host_blocks=7, storage=storage)
+    c = recs[2]
+    assert (c.first_admitted_at * 1000 - 2000) == ms(expected_ms)
+    assert c.host_cached_tokens == (blocks - 1) * 64  # (the last block computed again)
+
+
+def test_the_summary_counts_the_storage_tier():
+    from conftest import scenario
+    from simkit.output.report import summarize
+    from simkit.sim import simulate
+
+    sc = scenario(block_size=64, num_gpu_blocks=8, max_num_seqs=4,
+                  kv_offload={"host_blocks": 7, "d2h_gb_per_s": 10.0, "h2d_gb_per_s": 10.0,
+                              "kv_bytes_per_token": 131072, "storage": {"blocks": 100}})
+    records = simulate(sc, [req(0, 0, 256, 2, [1, 2, 3, 4], 64), req(1, 1000, 448, 2, range(10, 17), 64),
+                            req(2, 2000, 256, 2, [1, 2, 3, 4], 64)])
+    off = summarize(records)["kv_offload"]
+    # A's 4 and B's 7 written to storage; A's 4 staged back for C
+    assert (off["written_blocks"], off["staged_blocks"]) == (11, 4)
+    assert off["storage_read_gb"] == pytest.approx(4 * BLOCK_BYTES / 1e9)
+
+
+def test_a_pool_wide_storage_tier_is_shared_by_its_workers():
+    # two workers, round robin: A on worker 0 is stored to its host and written on to the pool's
+    # storage tier; C (A's prompt) goes to worker 1, which never saw A: it stages A's 4 blocks
+    # from the shared tier (0.1 ms + 4 blocks at 10 GB/s) and restores them (4 at 10 GB/s); with
+    # a tier per worker, worker 1's has nothing for it
+    reqs = [req(0, 0, 256, 2, [1, 2, 3, 4], 64), req(1, 1000, 256, 2, [1, 2, 3, 4], 64)]
+    shared = offload_run(reqs, workers=2, host_blocks=7, storage={"blocks": 100, "scope": "pool"})
+    local = offload_run(reqs, workers=2, host_blocks=7, storage={"blocks": 100})
+    assert shared[1].decode_worker == 1 and shared[1].host_cached_tokens == 192
+    assert local[1].host_cached_tokens == 0
+    assert shared[1].first_admitted_at * 1000 == ms(1000 + 0.1 + copy_ms(4, 10) + copy_ms(4, 10))

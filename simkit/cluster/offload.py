@@ -1,10 +1,11 @@
 """The copies between a worker's GPU cache and its host KV tier, as SimPy processes.
 
-One :class:`OffloadCopies` per worker with ``kv_offload``: two first-in-first-out queues of
-copies, GPU -> host (stores) and host -> GPU (restores), each moving one copy at a time at its
-direction's rate (``d2h_gb_per_s``, ``h2d_gb_per_s``; measured on the reference: two stores
-submitted together end one after the other), through a
-:class:`~simkit.cluster.transfer.FairShare`. A restore starts after the stores still reading
+One :class:`OffloadCopies` per worker with ``kv_offload``: first-in-first-out queues of
+copies, GPU -> host (stores) and host -> GPU (restores), and with a storage tier storage -> host
+(stages) and host -> storage (writes), each moving one copy at a time at its rate
+(``d2h_gb_per_s``, ``h2d_gb_per_s``, the storage's ``read_gb_per_s`` and ``write_gb_per_s``
+after its ``first_byte_latency_ms``; measured on the reference: two stores submitted together
+end one after the other), through a :class:`~simkit.cluster.transfer.FairShare`. A restore starts after the stores still reading
 the GPU blocks it was given. When a copy ends the host tier learns it at once, and the worker
 hears of it through its inbox (:class:`~simkit.cluster.messages.Restored`,
 :class:`~simkit.cluster.messages.Stored`), so a waiting request can go at the worker's next
@@ -20,12 +21,32 @@ from collections import deque
 
 import simpy
 
-from simkit.core.units import BYTES_PER_GB
+from simkit.core.units import BYTES_PER_GB, S_PER_MS
 from simkit.cluster.messages import Restored, Stored
 from simkit.cluster.transfer import FairShare
-from simkit.engine.offload import HostOffload
+from simkit.engine.offload import HostOffload, StorageTier
 
 __all__ = ["OffloadCopies"]
+
+
+class Copies:
+    """A first-in-first-out queue of copies (jobs: id, keys, bytes, events to wait for first)
+    over one :class:`FairShare`, one at a time, each ``latency_s`` before its first byte;
+    ``moved`` counts the bytes of those ended."""
+
+    __slots__ = ("queue", "share", "wake", "latency_s", "moved")
+
+    def __init__(self, env: simpy.Environment, share: FairShare, latency_s: float = 0.0) -> None:
+        self.queue: deque = deque()
+        self.share = share
+        self.wake = env.event()
+        self.latency_s = latency_s
+        self.moved = 0.0
+
+    def submit(self, job) -> None:
+        self.queue.append(job)
+        if not self.wake.triggered:
+            self.wake.succeed()
 
 
 class OffloadCopies:
@@ -35,74 +56,104 @@ class OffloadCopies:
     def __init__(self, env: simpy.Environment, spec, block_size: int, inbox) -> None:
         self.env = env
         self.inbox = inbox
-        self.host = HostOffload(spec.host_blocks, block_size * spec.kv_bytes_per_token)
+        storage = spec.storage
+        self.host = HostOffload(spec.host_blocks, block_size * spec.kv_bytes_per_token,
+                                None if storage is None else StorageTier(storage.blocks))
         self.host.submit_store = self._submit_store
         self.host.submit_load = self._submit_load
-        self.d2h = FairShare(env, None, spec.d2h_gb_per_s * BYTES_PER_GB)
-        self.h2d = FairShare(env, None, spec.h2d_gb_per_s * BYTES_PER_GB)
-        self.stores: deque = deque()
-        self.loads: deque = deque()
-        self._store_wake = env.event()
-        self._load_wake = env.event()
-        self.store_done: dict = {}  #: store id -> event succeeded when it ends
+        self.store_done: dict = {}  #: store (or stage) id -> event succeeded when it ends
         #: request id -> (when its restore was asked for, when it ended or None)
         self.restore_times: dict = {}
-        self.bytes_d2h = 0.0
-        self.bytes_h2d = 0.0
-        env.process(self._run_stores())
-        env.process(self._run_loads())
+        self.stores = self._copies(spec.d2h_gb_per_s, 0.0, self._stored)
+        self.loads = self._copies(spec.h2d_gb_per_s, 0.0, self._restored)
+        if storage is not None:  # the storage tier's reads and writes, one after another each
+            self.host.submit_write = self._submit_write
+            self.host.submit_stage = self._submit_stage
+            latency_s = storage.first_byte_latency_ms * S_PER_MS
+            self.reads = self._copies(storage.read_gb_per_s, latency_s, self._staged)
+            self.writes = self._copies(storage.write_gb_per_s, latency_s, self._written)
+            self.host.storage.inboxes.append(inbox)
+
+    def _copies(self, gb_per_s: float, latency_s: float, done) -> "Copies":
+        copies = Copies(self.env, FairShare(self.env, None, gb_per_s * BYTES_PER_GB), latency_s)
+        self.env.process(self._run(copies, done))
+        return copies
+
+    @property
+    def bytes_d2h(self) -> float:
+        return self.stores.moved
+
+    @property
+    def bytes_h2d(self) -> float:
+        return self.loads.moved
+
+    @property
+    def bytes_read(self) -> float:
+        return self.reads.moved if self.host.storage is not None else 0.0
+
+    @property
+    def bytes_written(self) -> float:
+        return self.writes.moved if self.host.storage is not None else 0.0
 
     # ------------------------------------------------------------------ submissions
 
     def _submit_store(self, store_id: int, keys: list, nbytes: float) -> None:
         self.store_done[store_id] = self.env.event()
-        self.stores.append((store_id, keys, nbytes))
-        if not self._store_wake.triggered:
-            self._store_wake.succeed()
+        self.stores.submit((store_id, keys, nbytes, ()))
 
     def _submit_load(self, rid: int, keys: list, nbytes: float, after) -> None:
         self.restore_times[rid] = (self.env.now, None)
         waits = [self.store_done[s] for s in after if s in self.store_done]
-        self.loads.append((rid, keys, nbytes, waits))
-        if not self._load_wake.triggered:
-            self._load_wake.succeed()
+        self.loads.submit((rid, keys, nbytes, waits))
+
+    def _submit_stage(self, stage_id: int, keys: list, nbytes: float) -> None:
+        self.store_done[stage_id] = self.env.event()
+        self.reads.submit((stage_id, keys, nbytes, ()))
+
+    def _submit_write(self, keys: list, nbytes: float) -> None:
+        self.writes.submit((None, keys, nbytes, ()))
 
     def stores_done(self, store_ids) -> simpy.Event:
         """An event that succeeds when every store of ``store_ids`` still under way has ended."""
         waits = [self.store_done[s] for s in store_ids if s in self.store_done]
         return self.env.all_of(waits)
 
-    # ------------------------------------------------------------------ the copy processes
+    # ------------------------------------------------------------------ copy ends
 
-    def _run_stores(self):
-        """Copy stores one after another. Yields: a wake-up while none is queued; each copy."""
+    def _stored(self, job) -> None:  # a store (GPU -> host) or a stage (storage -> host)
+        store_id, keys = job[0], job[1]
+        self.host.store_done(store_id, keys)
+        self.store_done.pop(store_id).succeed()
+        self.inbox.put(Stored(store_id))
+
+    _staged = _stored
+
+    def _restored(self, job) -> None:
+        rid, keys = job[0], job[1]
+        asked, _ = self.restore_times[rid]
+        self.restore_times[rid] = (asked, self.env.now)
+        self.inbox.put(Restored(rid, keys))
+
+    def _written(self, job) -> None:
+        self.host.write_done(job[1])
+        for inbox in self.host.storage.inboxes:  # a request there may be waiting for it
+            inbox.put(Stored(-1))
+
+    def _run(self, copies: "Copies", done):
+        """The copies of one queue one after another: each after the stores it waits for, then
+        the first-byte latency, then its bytes; ``done(job)`` at its end.
+        Yields: a wake-up while none is queued; those stores; the latency; each copy."""
         env = self.env
         while True:
-            if not self.stores:
-                self._store_wake = env.event()
-                yield self._store_wake
+            if not copies.queue:
+                copies.wake = env.event()
+                yield copies.wake
                 continue
-            store_id, keys, nbytes = self.stores.popleft()
-            yield self.d2h.transfer(nbytes)
-            self.bytes_d2h += nbytes
-            self.host.store_done(store_id, keys)
-            self.store_done.pop(store_id).succeed()
-            self.inbox.put(Stored(store_id))
-
-    def _run_loads(self):
-        """Copy restores one after another, each after the stores it waits for. Yields: a
-        wake-up while none is queued; those stores; each copy."""
-        env = self.env
-        while True:
-            if not self.loads:
-                self._load_wake = env.event()
-                yield self._load_wake
-                continue
-            rid, keys, nbytes, waits = self.loads.popleft()
-            if waits:
-                yield env.all_of(waits)
-            yield self.h2d.transfer(nbytes)
-            self.bytes_h2d += nbytes
-            asked, _ = self.restore_times[rid]
-            self.restore_times[rid] = (asked, env.now)
-            self.inbox.put(Restored(rid, keys))
+            job = copies.queue.popleft()
+            if job[3]:
+                yield env.all_of(job[3])
+            if copies.latency_s:
+                yield env.timeout(copies.latency_s)
+            yield copies.share.transfer(job[2])
+            copies.moved += job[2]
+            done(job)

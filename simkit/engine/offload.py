@@ -25,6 +25,13 @@ measured on tiny traces (README, "KV offload"):
   stored waits for the store (vLLM's lookup says "not yet").
 * **LRU.** A look-up and a store touch the request's prompt blocks last to first, so its first
   block is the most recently used; the least recently used resident block is evicted first.
+* **Storage tier** (``kv_offload.storage``, the reference's ``g3_offload``). Blocks a store
+  brings to the host are written on to it (those it lacks, one write per store, evicting its
+  least recently used blocks). A request whose prompt continues, past its GPU and host hits,
+  with storage blocks stages them to the host first (host room reserved; the first-byte latency,
+  then the bytes at the read rate), then restores them with the host's to the GPU; one whose
+  storage blocks are still being written waits for the write. ``scope: pool`` shares one tier
+  among a pool's workers (each still copies its own, one after another).
 
 Part of :mod:`simkit.engine`.
 """
@@ -132,6 +139,65 @@ class HostTier:
             self.on_change(True, list(keys))
 
 
+class StorageTier:
+    """The blocks of a storage KV tier (``kv_offload.storage``): resident ones in LRU order and
+    those being written; one per worker, or one a pool's workers share."""
+
+    __slots__ = ("capacity", "resident", "pending", "staging", "inboxes")
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.resident: OrderedDict = OrderedDict()  #: key -> None, least recently used first
+        self.pending: set = set()  #: keys being written
+        self.staging: dict = {}  #: key -> readers staging it to a host tier (not evictable)
+        #: the inboxes of the workers that use it, told when a write ends (a request of any of
+        #: them may be waiting for it)
+        self.inboxes: list = []
+
+    def reserve(self, keys: Sequence[int]) -> list:
+        """Reserve room for the ``keys`` it lacks (evicting least recently used resident blocks
+        not being staged); returns those it will write (none if they do not fit)."""
+        new = [k for k in keys if k not in self.resident and k not in self.pending]
+        need = len(self.resident) + len(self.pending) + len(new) - self.capacity
+        if need > 0:
+            victims = []
+            for key in self.resident:
+                if key not in self.staging:
+                    victims.append(key)
+                    if len(victims) == need:
+                        break
+            if len(victims) < need:
+                return []
+            for key in victims:
+                del self.resident[key]
+        self.pending.update(new)
+        return new
+
+    def written(self, keys: Sequence[int]) -> None:
+        """A write of ``keys`` ended: resident, most recently used."""
+        for key in keys:
+            if key in self.pending:
+                self.pending.discard(key)
+                self.resident[key] = None
+
+    def match(self, keys: Sequence[int]) -> tuple[int, bool]:
+        """Leading ``keys`` resident or being written, and whether any is still being written
+        (then a stage must wait for it: measured, a prompt whose blocks another worker is still
+        writing waits for the write); touches the resident ones, last to first."""
+        n, busy = 0, False
+        resident, pending = self.resident, self.pending
+        for key in keys:
+            if key in pending:
+                busy = True
+            elif key not in resident:
+                break
+            n += 1
+        for key in reversed(keys[:n]):
+            if key in resident:
+                resident.move_to_end(key)
+        return n, busy
+
+
 class HostOffload:
     """The scheduler's view of its worker's host tier (``kv_offload``): what a waiting request
     can restore, what a finished pass stores, which stores a pass must wait for.
@@ -141,12 +207,21 @@ class HostOffload:
     set by the worker: they start the copies (``after``: ids of stores the load must wait for).
     """
 
-    def __init__(self, host_blocks: int, block_bytes: int) -> None:
+    def __init__(self, host_blocks: int, block_bytes: int, storage: Optional[StorageTier] = None) -> None:
         self.tier = HostTier(host_blocks)
         self.block_bytes = block_bytes
+        self.storage = storage  #: the storage tier behind the host one, or None
         self.next_store = 0
         self.submit_store: Optional[Callable] = None
         self.submit_load: Optional[Callable] = None
+        #: with a storage tier, set by the worker: submit_write(keys, nbytes) and
+        #: submit_stage(stage_id, keys, nbytes) start a write to it and a read from it
+        self.submit_write: Optional[Callable] = None
+        self.submit_stage: Optional[Callable] = None
+        #: stage id -> its keys, for the stages under way (their host room is reserved)
+        self.stages: dict = {}
+        self.staged_blocks = 0
+        self.written_blocks = 0
         #: ids of stores whose GPU blocks this pass's allocations took (the pass waits for them)
         self.fence: set = set()
         self._fenced_now = False
@@ -217,7 +292,30 @@ class HostOffload:
         tier.touch(keys)
         if busy:
             return DEFERRED
+        storage = self.storage
+        if storage is not None and gpu_hits + n < len(keys):
+            rest = keys[gpu_hits + n:]
+            s, writing = storage.match(rest)
+            if writing:
+                return DEFERRED  # some are still being written: wait for the write
+            if s and self._stage(rest[:s]):
+                return DEFERRED  # staged to the host first, then restored with the rest
         return n
+
+    def _stage(self, keys: Sequence[int]) -> bool:
+        """Read ``keys`` from the storage tier into host room reserved for them (evicting its
+        least recently used blocks); False if they do not fit."""
+        stage_id = self.next_store
+        if not self.tier.reserve(keys, stage_id):
+            return False
+        self.next_store += 1
+        self.live_stores.add(stage_id)
+        self.stages[stage_id] = list(keys)
+        staging = self.storage.staging
+        for key in keys:
+            staging[key] = staging.get(key, 0) + 1
+        self.submit_stage(stage_id, list(keys), len(keys) * self.block_bytes)
+        return True
 
     def start_restore(self, rid: int, keys: Sequence[int], gpu_hits: int, n: int, fence: set) -> None:
         """Begin restoring ``keys[gpu_hits:gpu_hits + n]`` for request ``rid``: the caller
@@ -284,7 +382,28 @@ class HostOffload:
         self.submit_store(store_id, missing, len(missing) * self.block_bytes)
 
     def store_done(self, store_id: int, keys: Sequence[int]) -> None:
-        """The copy of store ``store_id`` ended."""
+        """The copy of store ``store_id`` (GPU -> host, or a stage storage -> host) ended; a
+        store's blocks are then written to the storage tier, in the background."""
         self.live_stores.discard(store_id)
         self.tier.stored(keys)
+        stage = self.stages.pop(store_id, None)
+        if stage is not None:
+            self.staged_blocks += len(keys)
+            staging = self.storage.staging
+            for key in stage:
+                c = staging.get(key, 0) - 1
+                if c > 0:
+                    staging[key] = c
+                else:
+                    staging.pop(key, None)
+            return
         self.stored_blocks += len(keys)
+        if self.storage is not None:
+            new = self.storage.reserve(keys)
+            if new:
+                self.submit_write(new, len(new) * self.block_bytes)
+
+    def write_done(self, keys: Sequence[int]) -> None:
+        """A write of ``keys`` to the storage tier ended."""
+        self.storage.written(keys)
+        self.written_blocks += len(keys)

@@ -151,18 +151,23 @@ def _known(cols: dict, name: str, start: str, end: str, rows: np.ndarray) -> np.
 
 def _kv_offload(records) -> Optional[dict]:
     """The summary's ``kv_offload``: prefix-cache hits by tier (tokens, and as a fraction of the
-    prompt tokens looked up), blocks stored and restored, GB copied each way. None without a
-    host tier."""
+    prompt tokens looked up; a storage tier's hits reach the GPU through the host, counted there),
+    blocks stored and restored, GB copied each way, and with a storage tier the blocks staged
+    from it and written to it. None without a host tier."""
     k = records.kv_offload
     if k is None:
         return None
     looked = records.prompt_lookup_tokens
     host = k["host_hit_tokens"]
     gpu = records.prompt_hit_tokens - host
-    return {"gpu_hit_tokens": gpu, "host_hit_tokens": host,
-            "gpu_hit_ratio": gpu / looked if looked else 0.0, "host_hit_ratio": host / looked if looked else 0.0,
-            "stored_blocks": k["stored_blocks"], "restored_blocks": k["restored_blocks"],
-            "d2h_gb": k["d2h_bytes"] / 1e9, "h2d_gb": k["h2d_bytes"] / 1e9}
+    out = {"gpu_hit_tokens": gpu, "host_hit_tokens": host,
+           "gpu_hit_ratio": gpu / looked if looked else 0.0, "host_hit_ratio": host / looked if looked else 0.0,
+           "stored_blocks": k["stored_blocks"], "restored_blocks": k["restored_blocks"],
+           "d2h_gb": k["d2h_bytes"] / 1e9, "h2d_gb": k["h2d_bytes"] / 1e9}
+    if "staged_blocks" in k:  # a storage tier: blocks staged from it to host, written to it
+        out.update(staged_blocks=k["staged_blocks"], written_blocks=k["written_blocks"],
+                   storage_read_gb=k["storage_read_bytes"] / 1e9, storage_write_gb=k["storage_write_bytes"] / 1e9)
+    return out
 
 
 #: the parts of a TTFT, in order (:attr:`simkit.core.records.RequestRecord.ttft_components`)

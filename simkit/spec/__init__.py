@@ -24,7 +24,7 @@ from simkit.spec.latency import (AicLatency, ConstantLatency, DeploymentLatency,
 from simkit.spec.paths import path_fields, resolve_paths
 from simkit.spec.loader import MAX_VALUES, dump_scenario, load_scenario, override, parse_overrides, yaml_load
 from simkit.spec.pools import (DEFAULT_NUM_GPU_BLOCKS, SGLANG_CHUNKED_PREFILL_SIZE, SGLANG_CHUNKED_PREFILL_SIZE_LARGE,
-                               KvOffloadSpec, PoolSpec, PoolsSpec, SglangSpec, SpeculativeSpec, TrtllmSpec)
+                               KvOffloadSpec, PoolSpec, PoolsSpec, SglangSpec, SpeculativeSpec, StorageTierSpec, TrtllmSpec)
 from simkit.spec.scenario import Scenario
 from simkit.spec.workload import (ArrivalSpec, ConstantArrival, DiurnalArrival, EmpiricalLength, FixedLength,
                                   GammaArrival, LengthSpec, LognormalLength, NormalLength, PiecewiseArrival,
@@ -40,7 +40,7 @@ __all__ = [
     "NormalLength", "PiecewiseArrival", "PlannerSpec", "PoissonArrival", "PolynomialLatency",
     "PoolSpec", "PoolsSpec", "PriorityClass", "PythonPlanner", "PythonRouter", "RateSegment",
     "Resolve", "ResolveError", "RooflineLatency", "RoundRobinRouter", "RouterQueueSpec",
-    "RouterSpec", "Scenario", "SessionAffinityRouter", "SglangSpec", "SpeculativeSpec", "SharedPrefix", "SlaPlanner",
+    "RouterSpec", "Scenario", "SessionAffinityRouter", "SglangSpec", "SpeculativeSpec", "SharedPrefix", "StorageTierSpec", "SlaPlanner",
     "SlaSpec", "StaticPlanner", "SyntheticSessions", "SyntheticWorkload", "TRACE_FORMATS", "TableLatency",
     "ThresholdPlanner", "TraceWorkload", "TrtllmSpec", "UniformLength", "WorkloadSpec",
     "ZipfLength", "converter", "dump_scenario", "load_scenario", "override", "parse_overrides",
