@@ -65,6 +65,11 @@ def scenarios(draw):
         prompt_pool["kv_offload"] = {"host_blocks": draw(st.sampled_from([2, 16, 400])),
                                      "d2h_gb_per_s": draw(st.sampled_from([0.05, 32.0])),
                                      "h2d_gb_per_s": draw(st.sampled_from([0.05, 32.0]))}
+        if draw(st.booleans()):  # and a storage tier behind it
+            prompt_pool["kv_offload"]["storage"] = {"blocks": draw(st.sampled_from([4, 1000])),
+                                                    "read_gb_per_s": draw(st.sampled_from([0.05, 10.0])),
+                                                    "write_gb_per_s": draw(st.sampled_from([0.05, 10.0])),
+                                                    "scope": draw(st.sampled_from(["worker", "pool"]))}
     if draw(st.booleans()):
         data = {"pools": {"aggregated": dict(prompt_pool, speculative=speculative)}}
     else:
@@ -114,6 +119,9 @@ def _check_every_pass(sched, spec) -> None:
         if sched.offload is not None:  # the host tier never holds or reserves more than its blocks
             tier = sched.offload.tier
             assert tier.used <= tier.capacity and not (tier.resident.keys() & tier.pending.keys())
+            storage = sched.offload.storage
+            if storage is not None:
+                assert len(storage.resident) + len(storage.pending) <= storage.capacity
         return out
 
     sched.schedule, sched.complete = checked_schedule, checked_complete
