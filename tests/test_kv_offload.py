@@ -292,3 +292,19 @@ def test_a_pool_wide_storage_tier_is_shared_by_its_workers():
     assert shared[1].decode_worker == 1 and shared[1].host_cached_tokens == 192
     assert local[1].host_cached_tokens == 0
     assert shared[1].first_admitted_at * 1000 == ms(1000 + 0.1 + copy_ms(4, 10) + copy_ms(4, 10))
+
+
+def test_the_host_tier_evicts_its_least_recently_used_blocks_and_a_look_up_refreshes_them():
+    # host tier of 4 blocks. A [1,2] and B [3,4] fill it (A older). A' (A's prompt) hits A on
+    # the GPU, and its look-up touches A's host blocks: now B's are the least recently used, and
+    # D's store evicts them. E (8 blocks) evicts every GPU block. F (A's prompt + a block)
+    # restores A's 2 blocks (2 x 0.8388608 ms) and reuses them; G (B's + a block) finds nothing
+    # (reference: F admitted at 501.677722 ms with 128 host tokens, G computes, first token at
+    # 619.43216 ms = 600 + P(192))
+    recs = offload_run([req(0, 0, 128, 1, [1, 2], 64), req(1, 100, 128, 1, [3, 4], 64),
+                        req(2, 200, 128, 1, [1, 2], 64), req(3, 300, 128, 1, [5, 6], 64),
+                        req(4, 400, 512, 1, range(10, 18), 64), req(5, 500, 192, 1, [1, 2, 7], 64),
+                        req(6, 600, 192, 1, [3, 4, 8], 64)], d2h=32.0, h2d=10.0, host_blocks=4)
+    f, g = recs[5], recs[6]
+    assert f.host_cached_tokens == 128 and f.first_admitted_at * 1000 == ms(500 + copy_ms(2, 10))
+    assert g.cached_tokens == 0 and g.first_token_at * 1000 == ms(600 + P(192))
