@@ -180,7 +180,9 @@ class StorageTierSpec:
     prompt that continues past its GPU and host hits with storage blocks stages them to the host
     (``first_byte_latency_ms`` + bytes / ``read_gb_per_s``) before restoring them to the GPU.
     ``scope: worker`` gives each worker its own tier (the reference's ``worker_local``); ``pool``
-    one tier for the whole pool, which every worker reads and writes (``cluster_shared``).
+    one tier for the whole pool, which every worker reads and writes (``cluster_shared``; an
+    approximation: each worker copies its own blocks one after another, and a KV-aware router
+    does not weigh storage blocks, where the reference differs on some tiny traces).
     Defaults are the reference's (measured on ai-dynamo-runtime 1.6.1: 0.1 ms to the first
     byte, 10 GB/s reads)."""
 
