@@ -271,3 +271,23 @@ def test_a_request_that_fits_only_without_the_drafts_room_is_rejected_up_front()
         scenario = scenario_from_dict({"latency": {"kind": "polynomial"}, "pools": {"aggregated": {
             "block_size": 16, "num_gpu_blocks": 4, "enable_prefix_caching": False, "speculative": spec}}})
         assert simulate(scenario, [Request(0, 0.0, 48, 17, None, 16)]).requests[0].status == status
+
+
+def test_sglang_decode_workers_whose_arrived_prompts_fill_the_cache_retract_one_for_the_first_drafts():
+    # found by the invariant property (twice): SGLang disaggregated, MTP k = 1, a decode worker of
+    # 134 16-token pages. The three prompts' KV (607, 129 and 1377 tokens: 38 + 9 + 87 = 134
+    # pages) arrives and fills it; the first needs one more page for its first verify round's
+    # draft, nothing runs to free one, and no pass ever ran. Now the newest is retracted (its
+    # prompt computed again) and every request completes.
+    pool = {"workers": 1, "block_size": 16, "num_gpu_blocks": 134, "max_num_batched_tokens": 256,
+            "max_num_seqs": 1, "enable_prefix_caching": False, "enable_chunked_prefill": False,
+            "backend": "sglang", "sglang": {"max_prefill_tokens": 256, "clip_max_new_tokens": 8,
+                                            "schedule_conservativeness": 0.1}}
+    sc = scenario_from_dict({"pools": {"prefill": pool, "decode": dict(pool, speculative={
+        "method": "mtp", "num_speculative_tokens": 1, "acceptance_rates": [0.0]})},
+        "latency": {"kind": "polynomial"}, "link": {"bandwidth_gb_per_s": None}})
+    reqs = [Request(0, 0.0, 607, 2, tuple(range(10)), 64), Request(1, 0.0, 129, 1, (0, 1, 2), 64),
+            Request(2, 0.0, 1377, 1, tuple(range(22)), 64)]
+    records = simulate(sc, reqs, check=True)
+    assert records.stop_reason == "completed"
+    assert [r.status for r in records.requests] == ["completed"] * 3

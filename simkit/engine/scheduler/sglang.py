@@ -395,7 +395,7 @@ class SglangScheduler(VllmScheduler):
             if seq.acc is not None:  # room for its first verify round's drafts too
                 more = -(-(seq.computed + self.decode_width(seq) + self.decode_slot) // self.block_size) \
                     - len(seq.held) - seq.anon
-                if more > self.kv.free_blocks:
+                if more > self.kv.free_blocks and (running or not self._retract_ready(seq, more)):
                     return
                 if more > 0:
                     self.kv.allocate(more)
@@ -407,6 +407,23 @@ class SglangScheduler(VllmScheduler):
             batch.decode_context_tokens += seq.computed + 1
             batch.admitted.append((seq, 0))
             running.append(seq)
+
+    def _retract_ready(self, head: Seq, more: int) -> bool:
+        """Nothing runs, and ``head``, first of the requests whose prompt KV arrived, needs
+        ``more`` pages for its first verify round's drafts, which the others' KV holds: retract
+        them newest first (SGLang's retraction: their KV freed, their prompt computed again)
+        until it fits. Without this no pass would ever run (found by the invariant property:
+        two prompts whose KV fills the cache, speculation on). Returns whether it fits now."""
+        waiting = self.waiting
+        for victim in reversed(list(waiting)[:self.ready]):
+            if self.kv.free_blocks >= more:
+                break
+            if victim is head:
+                continue
+            waiting.remove(victim)
+            self.ready -= 1
+            self._preempt(victim)
+        return self.kv.free_blocks >= more
 
     def complete(self, batch: Batch) -> tuple[list[Seq], list[Seq], list[Seq]]:
         # the radix tree takes a prompt's pages when its extend pass has run, so prompts in the
