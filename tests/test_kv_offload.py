@@ -308,3 +308,19 @@ def test_the_host_tier_evicts_its_least_recently_used_blocks_and_a_look_up_refre
     f, g = recs[5], recs[6]
     assert f.host_cached_tokens == 128 and f.first_admitted_at * 1000 == ms(500 + copy_ms(2, 10))
     assert g.cached_tokens == 0 and g.first_token_at * 1000 == ms(600 + P(192))
+
+
+def test_a_stage_reads_only_the_storage_blocks_the_host_lacks():
+    # found by a newcomer's --check run: a prompt's host hit stops at its first missing block, but
+    # a block further along may still be on the host; the stage used to reserve it again, so a
+    # block was both on the host and being stored. The shipped scenario with a storage tier
+    # behind a 500-block host tier now passes --check
+    import os
+    from simkit import load_scenario, override
+    from simkit.sim import simulate
+
+    s = load_scenario(os.path.join(os.path.dirname(__file__), "..", "scenarios", "kv_offload.yaml"))
+    s = override(s, {"pools.aggregated.kv_offload.host_blocks": 500,
+                     "pools.aggregated.kv_offload.storage": {"blocks": 1000}})
+    records = simulate(s, check=True)
+    assert records.stop_reason == "completed" and records.kv_offload["staged_blocks"] > 0

@@ -305,8 +305,11 @@ class HostOffload:
     def _stage(self, keys: Sequence[int]) -> bool:
         """Read ``keys`` from the storage tier into host room reserved for them (evicting its
         least recently used blocks); False if they do not fit."""
+        tier = self.tier
+        # (a key further along may already be on the host: only the others are read)
+        keys = [k for k in keys if k not in tier.resident and k not in tier.pending]
         stage_id = self.next_store
-        if not self.tier.reserve(keys, stage_id):
+        if not keys or not tier.reserve(keys, stage_id):
             return False
         self.next_store += 1
         self.live_stores.add(stage_id)
