@@ -41,11 +41,10 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Callable, Optional, Sequence
 
-__all__ = ["HostTier", "HostOffload", "LOADING", "DEFERRED"]
+__all__ = ["HostTier", "HostOffload", "StorageTier", "DEFERRED"]
 
-#: :meth:`HostOffload.lookup` outcomes besides a block count
+#: :meth:`HostOffload.lookup`'s outcome besides a block count
 DEFERRED = "deferred"  #: some of its host blocks are still being stored or loaded: not yet
-LOADING = "loading"  #: its restore is under way
 
 
 class HostTier:
@@ -277,10 +276,8 @@ class HostOffload:
     def lookup(self, rid: int, keys: Sequence[int], gpu_hits: int):
         """A waiting request of prompt block ``keys`` whose GPU hit is ``gpu_hits`` blocks:
         the number of host blocks it may restore after them (0: none), :data:`DEFERRED`
-        (wait: some are being stored or loaded, or its own last store is under way) or
-        :data:`LOADING` (its restore is under way). Touches its blocks (LRU)."""
-        if rid in self.restores:
-            return LOADING if rid not in self.loaded and rid not in self.given_back else 0
+        (wait: some are being stored or loaded, or its own last store is under way). Not
+        called while its restore is under way (the scheduler skips it). Touches its blocks (LRU)."""
         store = self.latest_store.get(rid)
         if store is not None and store in self.live_stores:
             return DEFERRED
