@@ -66,7 +66,7 @@ else:
     kw.update(extra_engine_args=core._normalize_mocker_config({"engine": dec}), num_workers=spec["workers"])
 res = core.run_mocker_trace_replay([spec["trace"]], **kw)
 keep = ("uuid", "arrival_time_ms", "input_length", "requested_output_length", "ttft_ms", "e2e_latency_ms",
-        "prefill_worker_idx", "decode_worker_idx", "terminal_status", "session_id", "turn_index", "readmission_count")
+        "prefill_worker_idx", "decode_worker_idx", "first_admit_ms", "first_admission_host_reused_input_tokens", "first_admission_g1_reused_input_tokens", "terminal_status", "session_id", "turn_index", "readmission_count")
 print("RESULT" + json.dumps([dict({k: r.get(k) for k in keep}, pools=[h["pool"] for h in r["routing_history"]])
                              for r in res.per_request]))
 """
@@ -234,10 +234,14 @@ def scenario_of(path: str, spec: dict):
                               "kv_bytes_per_token": eng["kv_cache_bytes_per_token"]}
         g3 = eng.get("g3_offload")
         if g3 is not None:
-            pool["kv_offload"]["storage"] = {"blocks": g3["num_g3_blocks"], "read_gb_per_s": g3["read_bandwidth_gbps"],
-                                             "write_gb_per_s": g3["write_bandwidth_gbps"],
-                                             "first_byte_latency_ms": g3["latency_to_first_byte_ms"],
-                                             "scope": "worker" if g3["scope"] == "worker_local" else "pool"}
+            tier = {"blocks": g3["num_g3_blocks"], "read_gb_per_s": g3.get("read_bandwidth_gbps", 10.0),
+                    "write_gb_per_s": g3.get("write_bandwidth_gbps", 10.0),
+                    "first_byte_latency_ms": g3.get("latency_to_first_byte_ms", 0.1),
+                    "scope": "worker" if g3["scope"] == "worker_local" else "pool"}
+            if tier["scope"] == "pool":
+                tier.update(shared_read_gb_per_s=g3.get("shared_read_bandwidth_gbps", 80.0),
+                            shared_write_gb_per_s=g3.get("shared_write_bandwidth_gbps", 80.0))
+            pool["kv_offload"]["storage"] = tier
     if pool["backend"] == "sglang":  # the reference's way: a documented difference from SGLang
         pool["sglang"] = {"budgets_count_chunks": True}
     router = {"kind": "kv_aware", **spec["router"]} if spec["mode"] == "kv_router" else {"kind": "round_robin"}

@@ -416,7 +416,8 @@ class Simulation:
                     staged_blocks=sum(o.host.staged_blocks for o in offloading),
                     written_blocks=sum(o.host.written_blocks for o in offloading),
                     storage_read_bytes=sum(o.bytes_read for o in offloading),
-                    storage_write_bytes=sum(o.bytes_written for o in offloading))
+                    storage_write_bytes=sum(o.bytes_written for o in offloading),
+                    bypassed_restores=sum(o.host.bypassed_restores for o in offloading))
         records = self.collector.finalize(end_at, worker_seconds, passes, reason, detail,
                                           not_arrived=self.source.unreleased(), **extra)
         workers = [w for ws in self.pools.values() for w in ws]

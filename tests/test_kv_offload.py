@@ -147,7 +147,11 @@ def test_the_summary_counts_hits_by_tier_and_the_bytes_copied():
 @pytest.mark.parametrize("pool, message", [
     ({"kv_offload": {"host_blocks": 4, "offload": "prompt_and_output"}}, "not modelled yet"),
     ({"kv_offload": {"host_blocks": 4, "storage": {"blocks": 10, "scope": "node"}}}, "scope"),
-    ({"kv_offload": {"host_blocks": 4, "storage": {"blocks": 10, "shared_read_gb_per_s": 5}}}, "shared_read_gb_per_s"),
+    ({"kv_offload": {"host_blocks": 4, "storage": {"blocks": 10, "shared_read_gb_per_s": 5}}},
+     "applies only with 'scope: pool'"),
+    ({"kv_offload": {"host_blocks": 4, "storage": {"blocks": 10, "scope": "pool", "shared_write_gb_per_s": 0}}},
+     "'shared_write_gb_per_s' must be > 0"),
+    ({"kv_offload": {"host_blocks": 4, "shared_d2h_gb_per_s": 5}}, "shared_d2h_gb_per_s"),
     ({"kv_offload": {"host_blocks": 4}, "backend": "sglang"}, "backend: vllm only"),
     ({"kv_offload": {"host_blocks": 4}, "enable_prefix_caching": False}, "enable_prefix_caching"),
     ({"kv_offload": {"host_blocks": 0}}, "'host_blocks' must be > 0"),
@@ -324,3 +328,135 @@ def test_a_stage_reads_only_the_storage_blocks_the_host_lacks():
                      "pools.aggregated.kv_offload.storage": {"blocks": 1000}})
     records = simulate(s, check=True)
     assert records.stop_reason == "completed" and records.kv_offload["staged_blocks"] > 0
+
+
+# The storage tier's reads and writes, each rule measured on the reference with these very
+# traces (two workers, round robin, a pool-wide tier: cluster_shared; reference figures in ms).
+measured = lambda x: pytest.approx(x, abs=1e-5)  # noqa: E731  (the reference's figure, to 10 ns)
+
+
+def pool_storage_run(requests, **storage):
+    return offload_run(requests, workers=2, storage=dict({"blocks": 100, "scope": "pool"}, **storage))
+
+
+def test_a_write_to_storage_starts_at_its_workers_next_pass_boundary():
+    # A (2 blocks, 3 tokens) on worker 0: its blocks reach the host at P(128) + 2 blocks at
+    # 10 GB/s, during its first decode pass; the worker takes that copy's end, and starts the
+    # write (0.1 ms, then 2 blocks at 0.1 GB/s), at that pass's end: A's second token. B (A's
+    # prefix, worker 1) finds them being written, waits, stages them (0.1 ms + 2 at 10 GB/s) and
+    # restores them (2 at 10 GB/s). (reference: B admitted at 207.4934042, 128 host tokens)
+    a, b = pool_storage_run([req(0, 0, 128, 3, [1, 2], 64), req(1, 100, 192, 2, [1, 2, 9], 64)],
+                            write_gb_per_s=0.1)
+    assert P(128) + copy_ms(2, 10) < a.second_token_at * 1000  # the copy ended during the pass
+    expected = a.second_token_at * 1000 + 0.1 + copy_ms(2, 0.1) + 0.1 + copy_ms(2, 10) + copy_ms(2, 10)
+    assert b.first_admitted_at * 1000 == ms(expected) == measured(207.4934042)
+    assert b.host_cached_tokens == 128
+
+
+def test_writes_of_one_worker_under_way_together_share_its_bandwidth_equally():
+    # worker 0: A's 2 blocks written from P(128) + copy + 0.1 ms; C's 1 block from 50 + P(64) +
+    # copy + 0.1 ms, while A's is under way: both at 0.05 GB/s, C's ends first, then A's alone.
+    # No byte waits, so A's write ends after 3 blocks at 0.1 GB/s (one after another, it would
+    # end after 2). D (A's prefix, worker 1) waits for it, stages 2 blocks and restores them.
+    # (reference: D admitted at 275.3432028)
+    recs = pool_storage_run([req(0, 0, 128, 1, [1, 2], 64), req(1, 0, 64, 1, [20], 64),
+                             req(2, 50, 64, 1, [5], 64), req(3, 100, 192, 2, [1, 2, 9], 64)],
+                            write_gb_per_s=0.1)
+    write_end = P(128) + copy_ms(2, 10) + 0.1 + copy_ms(3, 0.1)
+    assert recs[3].first_admitted_at * 1000 == ms(write_end + 0.1 + copy_ms(2, 10) + copy_ms(2, 10))
+    assert recs[3].first_admitted_at * 1000 == measured(275.3432028)
+
+
+def test_a_cohort_larger_than_the_storage_tier_leaves_its_leading_blocks_there():
+    # A's 4 blocks, a 2-block storage tier: the write keeps A's first 2. B (A's prompt, worker 1)
+    # stages those 2 and computes the rest. (reference: admitted at 1003.4554432, 128 host tokens)
+    _a, b = pool_storage_run([req(0, 0, 256, 1, [1, 2, 3, 4], 64),
+                              req(1, 1000, 256, 2, [1, 2, 3, 4], 64)], blocks=2)
+    assert b.first_admitted_at * 1000 == ms(1000 + 0.1 + copy_ms(2, 10) + copy_ms(2, 10)) == measured(1003.4554432)
+    assert b.host_cached_tokens == 128
+
+
+def test_blocks_already_written_are_staged_while_the_next_are_still_being_written():
+    # A writes [1, 2] (done at 188 ms); C at 200 ms on worker 0 hits them on the GPU, computes
+    # [3, 4] and writes them from 200 + P(128) + copy + 0.1 ms. D at 300 ms on worker 1 (prompt
+    # [1..5]): [1, 2] are written, [3, 4] are being written: it stages [1, 2] at once, [3, 4] when
+    # their write ends (0.1 ms + 2 at 10 GB/s), then restores all 4 (4 at 10 GB/s). Staging all
+    # 4 after the write would take a 2-block read longer. (reference: D admitted at 393.1348444)
+    recs = pool_storage_run([req(0, 0, 128, 1, [1, 2], 64), req(1, 0, 64, 1, [20], 64),
+                             req(2, 200, 256, 1, [1, 2, 3, 4], 64), req(3, 300, 320, 2, [1, 2, 3, 4, 5], 64)],
+                            write_gb_per_s=0.1)
+    write_end = 200 + P(128) + copy_ms(2, 10) + 0.1 + copy_ms(2, 0.1)
+    assert recs[3].first_admitted_at * 1000 == ms(write_end + 0.1 + copy_ms(2, 10) + copy_ms(4, 10))
+    assert recs[3].first_admitted_at * 1000 == measured(393.1348444)
+    assert recs[3].host_cached_tokens == 256
+
+
+@pytest.mark.parametrize("shared, write_ms, reference_ms", [
+    (0.1, copy_ms(2, 0.05), 359.2292828),  # two writes under a 0.1 GB/s pool cap: 0.05 each
+    (None, copy_ms(2, 0.1), 191.4571228),  # the default cap, 80 GB/s: each at its worker's 0.1
+])
+def test_writes_of_a_pool_share_its_cap_equally(shared, write_ms, reference_ms):
+    # A on worker 0 and B on worker 1 write 2 blocks each from P(128) + copy + 0.1 ms, together;
+    # C (B's prefix, worker 0) waits for B's write, stages 2 blocks and restores them
+    storage = {"write_gb_per_s": 0.1} if shared is None else {"write_gb_per_s": 0.1, "shared_write_gb_per_s": shared}
+    recs = pool_storage_run([req(0, 0, 128, 1, [1, 2], 64), req(1, 0, 128, 1, [5, 6], 64),
+                             req(2, 100, 192, 2, [5, 6, 7], 64)], **storage)
+    expected = P(128) + copy_ms(2, 10) + 0.1 + write_ms + 0.1 + copy_ms(2, 10) + copy_ms(2, 10)
+    assert recs[2].first_admitted_at * 1000 == ms(expected) == measured(reference_ms)
+
+
+def test_a_request_whose_storage_restores_keep_being_undone_computes_them_after_1024_rounds():
+    # The reference's G3 restore bypass (AISimulate's documented rule; vLLM has none): each
+    # look-up that stages new storage blocks while the worker runs nothing is a round; here a
+    # 2-block host tier loses the request's staged blocks to other copies after each stage, so
+    # every look-up stages them again. At round 1024 the request stops restoring from storage
+    # (its look-ups then return what the GPU and host hold: 0), once; a pass that runs resets
+    # the count
+    from simkit.engine.offload import DEFERRED, RESTORE_ROUNDS_BEFORE_BYPASS, HostOffload, StorageTier
+
+    storage = StorageTier(10)
+    storage.reserve([1, 2])
+    storage.written([1, 2])
+    host = HostOffload(2, 1, storage)
+    stages = []
+    host.submit_stage = lambda stage_id, keys, nbytes: stages.append((stage_id, keys))
+    other = iter(range(1000, 10 ** 6))
+
+    def one_round():
+        assert host.lookup(7, [1, 2], 0) == DEFERRED
+        stage_id, keys = stages.pop()
+        host.store_done(stage_id, keys)  # staged to the host...
+        host.tier.reserve([next(other), next(other)], -1)  # ...and evicted by other copies
+        host.tier.pending.clear()
+
+    for _ in range(RESTORE_ROUNDS_BEFORE_BYPASS - 1):
+        one_round()
+    host.progressed()  # the worker ran a pass: the count starts over
+    for _ in range(RESTORE_ROUNDS_BEFORE_BYPASS - 1):
+        one_round()
+    assert host.bypassed_restores == 0
+    one_round()  # the 1024th consecutive round
+    assert host.bypassed_restores == 1 and RESTORE_ROUNDS_BEFORE_BYPASS == 1024
+    assert host.lookup(7, [1, 2], 0) == 0 and not stages  # computes them: no stage
+    host.preempted(7)  # a preemption ends the bypass
+    assert host.lookup(7, [1, 2], 0) == DEFERRED and stages
+
+
+def test_a_prompt_stages_its_next_storage_blocks_while_another_request_stages_its_first():
+    # worker 0 writes A's [1, 2, 3] (among other writes, at 0.1 GB/s); on worker 1, B ([1, 2, 9])
+    # and then C wait for that write. When it ends B stages [1, 2]; C's first blocks are then
+    # coming to the host (B's stage), and C stages its next, [3], at once, beside B's: the two
+    # reads share worker 1's 0.1 GB/s, so B's stage ends one block's read (83.886 ms) later
+    # than when C wants only [1, 2] ([1, 2, 8]), which stages nothing. (reference: B admitted at
+    # 709.8734066 and 625.9873266; C at 727.3482916, when B's first pass ends, and 625.9873266)
+    def run_with(c_ids, c_isl):
+        return pool_storage_run([req(0, 0, 192, 1, [1, 2, 3], 64), req(1, 0, 64, 1, [20], 64),
+                                 req(2, 10, 64, 1, [21], 64), req(3, 50, 192, 2, [1, 2, 9], 64),
+                                 req(4, 50, 64, 1, [22], 64), req(5, 50.001, c_isl, 2, c_ids, 64)],
+                                read_gb_per_s=0.1, write_gb_per_s=0.1)
+    both = run_with([1, 2, 3, 8], 256)
+    alone = run_with([1, 2, 8], 192)
+    assert (both[3].first_admitted_at - alone[3].first_admitted_at) * 1000 == ms(copy_ms(1, 0.1))
+    assert both[3].first_admitted_at * 1000 == measured(709.8734066)
+    assert alone[3].first_admitted_at * 1000 == alone[5].first_admitted_at * 1000 == measured(625.9873266)
+    assert both[5].first_admitted_at * 1000 == measured(727.3482916) == measured(both[3].first_token_at * 1000)

@@ -247,6 +247,10 @@ PLACES = {
                        "pools.aggregated.kv_offload.storage"),
     "first_byte_latency_ms": ({"pools": {"aggregated": {"kv_offload": {"host_blocks": 4, "storage": {"blocks": 4}}}}},
                               "pools.aggregated.kv_offload.storage"),
+    "shared_read_gb_per_s": ({"pools": {"aggregated": {"kv_offload": {"host_blocks": 4, "storage": {
+        "blocks": 4, "scope": "pool"}}}}}, "pools.aggregated.kv_offload.storage"),
+    "shared_write_gb_per_s": ({"pools": {"aggregated": {"kv_offload": {"host_blocks": 4, "storage": {
+        "blocks": 4, "scope": "pool"}}}}}, "pools.aggregated.kv_offload.storage"),
     "kv_event_lag_ms": ({"router": {"kind": "kv_aware"}}, "router"),
     "ttft_ms": ({"sla": {}}, "sla"), "itl_ms": ({"sla": {}}, "sla"), "e2e_ms": ({"sla": {}}, "sla"),
     "max_sim_time_s": ({}, ""),

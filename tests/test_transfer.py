@@ -1,11 +1,13 @@
-"""FairShare: processor-sharing bandwidth, timings derived by hand."""
+"""FairShare and CappedShare: processor-sharing bandwidth, timings derived by hand."""
 
 from __future__ import annotations
 
 import pytest
 import simpy
 
-from simkit.cluster.transfer import FairShare
+from hypothesis import given, settings, strategies as st
+
+from simkit.cluster.transfer import CappedShare, FairShare
 
 GB = 1e9
 
@@ -78,3 +80,60 @@ def test_bad_bandwidths_are_refused():
         FairShare(env, None, None)
     with pytest.raises(ValueError, match="> 0"):
         FairShare(env, 0.0)
+
+
+def _capped_ends(env, share, starts):
+    """Run transfers (start_s, group, group bytes/s, bytes) on a CappedShare; their end times."""
+    ends = [None] * len(starts)
+
+    def one(i, at, group, rate, nbytes):
+        yield env.timeout(at)
+        yield share.transfer(group, rate, nbytes)
+        ends[i] = env.now
+
+    for i, start in enumerate(starts):
+        env.process(one(i, *start))
+    env.run()
+    return ends
+
+
+def test_four_workers_under_a_pool_cap_get_an_equal_share_of_it():
+    # 4 workers at 32 GB/s each under an 80 GB/s cap: min(32 / 1, 80 / 4) = 20 GB/s each; 2 GB
+    # each end at 0.1 s. Without the cap each moves at 32: 2 / 32 = 0.0625 s
+    env = simpy.Environment()
+    ends = _capped_ends(env, CappedShare(env, 80 * GB), [(0.0, w, 32 * GB, 2 * GB) for w in range(4)])
+    assert ends == [pytest.approx(0.1, rel=1e-12)] * 4
+    env = simpy.Environment()
+    ends = _capped_ends(env, CappedShare(env), [(0.0, w, 32 * GB, 2 * GB) for w in range(4)])
+    assert ends == [pytest.approx(0.0625, rel=1e-12)] * 4
+
+
+def test_a_workers_share_and_the_pool_share_whichever_is_smaller_recomputed_at_each_end():
+    # worker A: 10 GB/s, transfers A1 = 4 GB and A2 = 8 GB; worker B: 10 GB/s, B1 = 12 GB; pool
+    # cap 12 GB/s. Three active: A's min(10/2, 12/3) = 4, B's min(10, 4) = 4: A1 ends at 1 s.
+    # Two active: min(10, 6) = 6 each: A2 has 4 GB left, B1 8: A2 ends at 1 + 4/6 s; B1 then has
+    # 4 GB left, alone at min(10, 12) = 10 GB/s: ends 0.4 s later. Unused shares are not handed
+    # on (B never moves faster than 4 while three are active, though A's two leave 2 GB/s idle)
+    env = simpy.Environment()
+    share = CappedShare(env, 12 * GB)
+    ends = _capped_ends(env, share, [(0.0, "A", 10 * GB, 4 * GB), (0.0, "A", 10 * GB, 8 * GB),
+                                     (0.0, "B", 10 * GB, 12 * GB)])
+    assert ends == [pytest.approx(1.0, rel=1e-12), pytest.approx(1 + 4 / 6, rel=1e-12),
+                    pytest.approx(1 + 4 / 6 + 0.4, rel=1e-12)]
+    assert share.bytes_moved == 24 * GB and share.active == 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.floats(0, 2), st.floats(0, 5e9)), min_size=1, max_size=8))
+def test_one_group_without_a_cap_is_the_fair_share_of_its_bandwidth(starts):
+    # a single worker and no pool cap: each of its n transfers moves at rate / n, as FairShare
+    env = simpy.Environment()
+    fair = _ends(env, FairShare(env, 10 * GB), starts)
+    env = simpy.Environment()
+    capped = _capped_ends(env, CappedShare(env), [(at, 0, 10 * GB, n) for at, n in starts])
+    assert capped == [pytest.approx(f, rel=1e-9, abs=1e-12) for f in fair]
+
+
+def test_capped_share_refuses_a_bandwidth_that_is_not_positive():
+    with pytest.raises(ValueError, match="must be > 0"):
+        CappedShare(simpy.Environment(), 0.0)

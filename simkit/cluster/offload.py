@@ -1,11 +1,14 @@
 """The copies between a worker's GPU cache and its host KV tier, as SimPy processes.
 
 One :class:`OffloadCopies` per worker with ``kv_offload``: first-in-first-out queues of
-copies, GPU -> host (stores) and host -> GPU (restores), and with a storage tier storage -> host
-(stages) and host -> storage (writes), each moving one copy at a time at its rate
-(``d2h_gb_per_s``, ``h2d_gb_per_s``, the storage's ``read_gb_per_s`` and ``write_gb_per_s``
-after its ``first_byte_latency_ms``; measured on the reference: two stores submitted together
-end one after the other), through a :class:`~simkit.cluster.transfer.FairShare`. A restore starts after the stores still reading
+copies, GPU -> host (stores) and host -> GPU (restores), each moving one copy at a time at its
+rate (``d2h_gb_per_s``, ``h2d_gb_per_s``; measured on the reference: two stores submitted
+together end one after the other), through a :class:`~simkit.cluster.transfer.FairShare`; and
+with a storage tier, storage -> host (stages) and host -> storage (writes), each after the
+storage's ``first_byte_latency_ms``, then under way together, sharing the worker's
+``read_gb_per_s`` or ``write_gb_per_s`` equally (and with ``scope: pool`` capped by an equal
+share of the pool's ``shared_read_gb_per_s`` or ``shared_write_gb_per_s``: a
+:class:`~simkit.cluster.transfer.CappedShare`). A restore starts after the stores still reading
 the GPU blocks it was given. When a copy ends the host tier learns it at once, and the worker
 hears of it through its inbox (:class:`~simkit.cluster.messages.Restored`,
 :class:`~simkit.cluster.messages.Stored`), so a waiting request can go at the worker's next
@@ -23,7 +26,7 @@ import simpy
 
 from simkit.core.units import BYTES_PER_GB, S_PER_MS
 from simkit.cluster.messages import Restored, Stored
-from simkit.cluster.transfer import FairShare
+from simkit.cluster.transfer import CappedShare, FairShare
 from simkit.engine.offload import HostOffload, StorageTier
 
 __all__ = ["OffloadCopies"]
@@ -66,13 +69,19 @@ class OffloadCopies:
         self.restore_times: dict = {}
         self.stores = self._copies(spec.d2h_gb_per_s, 0.0, self._stored)
         self.loads = self._copies(spec.h2d_gb_per_s, 0.0, self._restored)
-        if storage is not None:  # the storage tier's reads and writes, one after another each
+        #: bytes read from and written to the storage tier by this worker
+        self.bytes_read = self.bytes_written = 0.0
+        if storage is not None:  # the storage tier's reads and writes: concurrent, sharing
             self.host.submit_write = self._submit_write
             self.host.submit_stage = self._submit_stage
-            latency_s = storage.first_byte_latency_ms * S_PER_MS
-            self.reads = self._copies(storage.read_gb_per_s, latency_s, self._staged)
-            self.writes = self._copies(storage.write_gb_per_s, latency_s, self._written)
-            self.host.storage.inboxes.append(inbox)
+            self.storage_latency_s = storage.first_byte_latency_ms * S_PER_MS
+            self.read_bytes_per_s = storage.read_gb_per_s * BYTES_PER_GB
+            self.write_bytes_per_s = storage.write_gb_per_s * BYTES_PER_GB
+            tier = self.host.storage
+            # (with scope: pool the first worker's tier becomes the pool's: sim.py)
+            tier.read_share = CappedShare(env, storage.shared_bytes_per_s(False))
+            tier.write_share = CappedShare(env, storage.shared_bytes_per_s(True))
+            tier.inboxes.append(inbox)
 
     def _copies(self, gb_per_s: float, latency_s: float, done) -> "Copies":
         copies = Copies(self.env, FairShare(self.env, None, gb_per_s * BYTES_PER_GB), latency_s)
@@ -87,14 +96,6 @@ class OffloadCopies:
     def bytes_h2d(self) -> float:
         return self.loads.moved
 
-    @property
-    def bytes_read(self) -> float:
-        return self.reads.moved if self.host.storage is not None else 0.0
-
-    @property
-    def bytes_written(self) -> float:
-        return self.writes.moved if self.host.storage is not None else 0.0
-
     # ------------------------------------------------------------------ submissions
 
     def _submit_store(self, store_id: int, keys: list, nbytes: float) -> None:
@@ -108,10 +109,30 @@ class OffloadCopies:
 
     def _submit_stage(self, stage_id: int, keys: list, nbytes: float) -> None:
         self.store_done[stage_id] = self.env.event()
-        self.reads.submit((stage_id, keys, nbytes, ()))
+        self.env.process(self._storage_copy(False, (stage_id, keys, nbytes)))
 
     def _submit_write(self, keys: list, nbytes: float) -> None:
-        self.writes.submit((None, keys, nbytes, ()))
+        self.env.process(self._storage_copy(True, (None, keys, nbytes)))
+
+    def _storage_copy(self, write: bool, job):
+        """One read (a stage) or write of the storage tier: the first-byte latency (no bandwidth
+        used meanwhile), then its bytes, sharing this worker's rate equally with its other copies
+        that way under way, and with ``scope: pool`` also capped by an equal share of the
+        pool's (:class:`~simkit.cluster.transfer.CappedShare`; measured on the reference: two
+        writes of one worker under way together end as equal sharing has them, not one after
+        the other). Yields: the latency; the copy."""
+        if self.storage_latency_s:
+            yield self.env.timeout(self.storage_latency_s)
+        tier = self.host.storage
+        nbytes = job[2]
+        if write:
+            yield tier.write_share.transfer(self, self.write_bytes_per_s, nbytes)
+            self.bytes_written += nbytes
+            self._written(job)
+        else:
+            yield tier.read_share.transfer(self, self.read_bytes_per_s, nbytes)
+            self.bytes_read += nbytes
+            self._staged(job)
 
     def stores_done(self, store_ids) -> simpy.Event:
         """An event that succeeds when every store of ``store_ids`` still under way has ended."""

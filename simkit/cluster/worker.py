@@ -464,6 +464,8 @@ class Worker:
             self.draining = True
             return
         if type(msg) is Stored:  # a request waiting for those host blocks may restore them now
+            if self.offload.host.storage is not None and msg.store_id >= 0:
+                self.offload.host.write_through(msg.store_id)
             return
         if type(msg) is Restored:
             self.sched.restored(msg.rid, msg.keys)

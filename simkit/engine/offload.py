@@ -27,11 +27,14 @@ measured on tiny traces (README, "KV offload"):
   block is the most recently used; the least recently used resident block is evicted first.
 * **Storage tier** (``kv_offload.storage``, the reference's ``g3_offload``). Blocks a store
   brings to the host are written on to it (those it lacks, one write per store, evicting its
-  least recently used blocks). A request whose prompt continues, past its GPU and host hits,
-  with storage blocks stages them to the host first (host room reserved; the first-byte latency,
-  then the bytes at the read rate), then restores them with the host's to the GPU; one whose
-  storage blocks are still being written waits for the write. ``scope: pool`` shares one tier
-  among a pool's workers (each still copies its own, one after another).
+  least recently used blocks but none of the store's own; if not all fit, the leading ones that
+  do), starting when the worker takes the store's end: at its next pass boundary, or at once
+  when idle. A request whose prompt continues, past its GPU and host hits, with storage blocks
+  stages them to the host first (host room reserved; the first-byte latency, then the bytes at
+  the read rate), then restores them with the host's to the GPU; if the next of them is still
+  being written it stages those before it at once and waits for the write. A worker's reads
+  (writes) under way together share its rate equally. ``scope: pool`` shares one tier among a
+  pool's workers, each copy also capped by an equal share of the pool's shared rate.
 
 Part of :mod:`simkit.engine`.
 """
@@ -41,7 +44,12 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Callable, Optional, Sequence
 
-__all__ = ["HostTier", "HostOffload", "StorageTier", "DEFERRED"]
+__all__ = ["HostTier", "HostOffload", "StorageTier", "DEFERRED", "RESTORE_ROUNDS_BEFORE_BYPASS"]
+
+#: consecutive restore rounds (look-ups that stage new storage blocks while the worker runs
+#: nothing) after which a request stops restoring from storage and computes those blocks
+#: instead (AISimulate's G3 restore bypass, the reference's: 1,024; vLLM has no such rule)
+RESTORE_ROUNDS_BEFORE_BYPASS = 1024
 
 #: :meth:`HostOffload.lookup`'s outcome besides a block count
 DEFERRED = "deferred"  #: some of its host blocks are still being stored or loaded: not yet
@@ -142,7 +150,7 @@ class StorageTier:
     """The blocks of a storage KV tier (``kv_offload.storage``): resident ones in LRU order and
     those being written; one per worker, or one a pool's workers share."""
 
-    __slots__ = ("capacity", "resident", "pending", "staging", "inboxes")
+    __slots__ = ("capacity", "resident", "pending", "staging", "inboxes", "read_share", "write_share")
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
@@ -152,49 +160,59 @@ class StorageTier:
         #: the inboxes of the workers that use it, told when a write ends (a request of any of
         #: them may be waiting for it)
         self.inboxes: list = []
+        #: the bandwidth its reads and its writes share (set by the copies' owner)
+        self.read_share = self.write_share = None
 
     def reserve(self, keys: Sequence[int]) -> list:
-        """Reserve room for the ``keys`` it lacks (evicting least recently used resident blocks
-        not being staged); returns those it will write (none if they do not fit)."""
+        """Reserve room for the ``keys`` it lacks, evicting least recently used resident blocks
+        that are neither being staged nor of ``keys``; returns those it will write: the leading
+        ones that fit (none if none fits). Measured on the reference: a 12-block cohort written
+        to an empty 8-block tier leaves its first 8 blocks there."""
         new = [k for k in keys if k not in self.resident and k not in self.pending]
+        if not new:
+            return new
         need = len(self.resident) + len(self.pending) + len(new) - self.capacity
         if need > 0:
+            cohort = set(keys)
             victims = []
             for key in self.resident:
-                if key not in self.staging:
+                if key not in self.staging and key not in cohort:
                     victims.append(key)
                     if len(victims) == need:
                         break
             if len(victims) < need:
-                return []
+                del new[len(new) - (need - len(victims)):]  # the leading ones that fit
             for key in victims:
                 del self.resident[key]
         self.pending.update(new)
         return new
 
     def written(self, keys: Sequence[int]) -> None:
-        """A write of ``keys`` ended: resident, most recently used."""
+        """A write of ``keys`` ended: resident, most recently used, in their order (measured
+        on the reference: a full tier evicts the first block of an earlier write first)."""
         for key in keys:
             if key in self.pending:
                 self.pending.discard(key)
                 self.resident[key] = None
 
-    def match(self, keys: Sequence[int]) -> tuple[int, bool]:
-        """Leading ``keys`` resident or being written, and whether any is still being written
-        (then a stage must wait for it: measured, a prompt whose blocks another worker is still
-        writing waits for the write); touches the resident ones, last to first."""
-        n, busy = 0, False
+    def match(self, keys: Sequence[int]) -> tuple[list, bool]:
+        """In the leading run of ``keys`` resident or being written: the resident ones, and
+        whether any is being written (a stage of those must wait for the write). Measured on the
+        reference: a prompt stages the blocks already written at once, those past a block still
+        being written included, and the rest once written. Touches the resident ones, last to
+        first."""
+        found, writing = [], False
         resident, pending = self.resident, self.pending
         for key in keys:
-            if key in pending:
-                busy = True
-            elif key not in resident:
-                break
-            n += 1
-        for key in reversed(keys[:n]):
             if key in resident:
-                resident.move_to_end(key)
-        return n, busy
+                found.append(key)
+            elif key in pending:
+                writing = True
+            else:
+                break
+        for key in reversed(found):
+            resident.move_to_end(key)
+        return found, writing
 
 
 class HostOffload:
@@ -219,6 +237,8 @@ class HostOffload:
         self.submit_stage: Optional[Callable] = None
         #: stage id -> its keys, for the stages under way (their host room is reserved)
         self.stages: dict = {}
+        #: store id -> the keys of an ended store not yet written on to the storage tier
+        self.unwritten: dict = {}
         self.staged_blocks = 0
         self.written_blocks = 0
         #: ids of stores whose GPU blocks this pass's allocations took (the pass waits for them)
@@ -243,6 +263,12 @@ class HostOffload:
         #: counters for the summary: blocks stored and restored, restores begun
         self.stored_blocks = 0
         self.restored_blocks = 0
+        #: per request id, its restore rounds since the worker last ran a pass (or it was
+        #: admitted or preempted); those that reached RESTORE_ROUNDS_BEFORE_BYPASS, and how
+        #: many times a request stopped restoring from storage so (``bypassed_restores``)
+        self.rounds: dict = {}
+        self.bypassing: set = set()
+        self.bypassed_restores = 0
 
     # ------------------------------------------------------------------ GPU evictions
 
@@ -287,17 +313,21 @@ class HostOffload:
             return 0
         n, busy = tier.match(keys[gpu_hits:])
         tier.touch(keys)
-        if busy:
-            return DEFERRED
         storage = self.storage
-        if storage is not None and gpu_hits + n < len(keys):
-            rest = keys[gpu_hits + n:]
-            s, writing = storage.match(rest)
-            if writing:
-                return DEFERRED  # some are still being written: wait for the write
-            if s and self._stage(rest[:s]):
+        if storage is not None and gpu_hits + n < len(keys) and rid not in self.bypassing:
+            # (also while some host blocks before them are still coming: measured, a prompt
+            # whose first blocks another request is staging stages the next ones meanwhile)
+            found, writing = storage.match(keys[gpu_hits + n:])
+            if found and self._stage(found):
+                rounds = self.rounds[rid] = self.rounds.get(rid, 0) + 1
+                if rounds >= RESTORE_ROUNDS_BEFORE_BYPASS:  # thrashing: compute them instead
+                    self.bypassing.add(rid)
+                    self.bypassed_restores += 1
+                    del self.rounds[rid]
                 return DEFERRED  # staged to the host first, then restored with the rest
-        return n
+            if writing:
+                return DEFERRED  # the next is still being written: wait for the write
+        return DEFERRED if busy else n
 
     def _stage(self, keys: Sequence[int]) -> bool:
         """Read ``keys`` from the storage tier into host room reserved for them (evicting its
@@ -336,9 +366,21 @@ class HostOffload:
         self.loaded.add(rid)
         self.restored_blocks += len(keys)
 
+    def progressed(self) -> None:
+        """The worker runs a pass: every request's restore rounds start over."""
+        if self.rounds:
+            self.rounds.clear()
+
+    def preempted(self, rid: int) -> None:
+        """Request ``rid`` was preempted: its restore rounds and any bypass end."""
+        self.rounds.pop(rid, None)
+        self.bypassing.discard(rid)
+
     def admitted(self, rid: int, reused_blocks: int) -> None:
         """Request ``rid`` was admitted with ``reused_blocks`` prompt blocks reused: a restore
         is over, and stores of its blocks start after them."""
+        self.rounds.pop(rid, None)
+        self.bypassing.discard(rid)
         if self.restores.pop(rid, None) is not None:
             self.loaded.discard(rid)
             self.given_back.discard(rid)
@@ -346,6 +388,8 @@ class HostOffload:
 
     def forget(self, rid: int) -> None:
         """Request ``rid`` left this worker (finished, rejected, handed over)."""
+        self.rounds.pop(rid, None)
+        self.bypassing.discard(rid)
         self.store_from.pop(rid, None)
         self.latest_store.pop(rid, None)
         self.retry.discard(rid)
@@ -398,10 +442,20 @@ class HostOffload:
                     staging.pop(key, None)
             return
         self.stored_blocks += len(keys)
-        if self.storage is not None:
-            new = self.storage.reserve(keys)
-            if new:
-                self.submit_write(new, len(new) * self.block_bytes)
+        if self.storage is not None:  # written on when the worker takes the store's end
+            self.unwritten[store_id] = list(keys)
+
+    def write_through(self, store_id: int) -> None:
+        """The worker took the end of store ``store_id`` (at its next pass boundary, or at once
+        when idle): the blocks it brought to the host are written on to the storage tier, those
+        the tier lacks (measured on the reference: a write starts at the owner's next step, not
+        when its host copy ends)."""
+        keys = self.unwritten.pop(store_id, None)
+        if keys is None:
+            return
+        new = self.storage.reserve(keys)
+        if new:
+            self.submit_write(new, len(new) * self.block_bytes)
 
     def write_done(self, keys: Sequence[int]) -> None:
         """A write of ``keys`` to the storage tier ended."""

@@ -153,7 +153,10 @@ def _kv_offload(records) -> Optional[dict]:
     """The summary's ``kv_offload``: prefix-cache hits by tier (tokens, and as a fraction of the
     prompt tokens looked up; a storage tier's hits reach the GPU through the host, counted there),
     blocks stored and restored, GB copied each way, and with a storage tier the blocks staged
-    from it and written to it. None without a host tier."""
+    from it and written to it, and the restores abandoned for recompute (``bypassed_restores``:
+    requests that stopped staging from it after
+    :data:`~simkit.engine.offload.RESTORE_ROUNDS_BEFORE_BYPASS` rounds of a stalled worker).
+    None without a host tier."""
     k = records.kv_offload
     if k is None:
         return None
@@ -166,7 +169,8 @@ def _kv_offload(records) -> Optional[dict]:
            "d2h_gb": k["d2h_bytes"] / 1e9, "h2d_gb": k["h2d_bytes"] / 1e9}
     if "staged_blocks" in k:  # a storage tier: blocks staged from it to host, written to it
         out.update(staged_blocks=k["staged_blocks"], written_blocks=k["written_blocks"],
-                   storage_read_gb=k["storage_read_bytes"] / 1e9, storage_write_gb=k["storage_write_bytes"] / 1e9)
+                   storage_read_gb=k["storage_read_bytes"] / 1e9, storage_write_gb=k["storage_write_bytes"] / 1e9,
+                   bypassed_restores=k.get("bypassed_restores", 0))
     return out
 
 

@@ -12,6 +12,7 @@ from typing import Literal, Optional
 
 from attrs import field, frozen
 
+from simkit.core.units import BYTES_PER_GB
 from simkit.spec.base import FieldValueError, _at_most, _count, _non_negative, _nonneg, _pos, _positive, _tokens
 from simkit.spec.latency import LatencySpec
 
@@ -180,17 +181,37 @@ class StorageTierSpec:
     prompt that continues past its GPU and host hits with storage blocks stages them to the host
     (``first_byte_latency_ms`` + bytes / ``read_gb_per_s``) before restoring them to the GPU.
     ``scope: worker`` gives each worker its own tier (the reference's ``worker_local``); ``pool``
-    one tier for the whole pool, which every worker reads and writes (``cluster_shared``; an
-    approximation: each worker copies its own blocks one after another, and a KV-aware router
-    does not weigh storage blocks, where the reference differs on some tiny traces).
+    one tier for the whole pool, which every worker reads and writes (``cluster_shared``). A
+    worker's reads (writes) under way together share its ``read_gb_per_s``
+    (``write_gb_per_s``) equally; with ``scope: pool`` each is also capped by an equal share of
+    ``shared_read_gb_per_s`` (``shared_write_gb_per_s``) (:class:`simkit.cluster.transfer.CappedShare`).
     Defaults are the reference's (measured on ai-dynamo-runtime 1.6.1: 0.1 ms to the first
-    byte, 10 GB/s reads)."""
+    byte, 10 GB/s reads; its documented 80 GB/s shared caps, measured binding at 0.1 GB/s)."""
 
     blocks: int = field(validator=[_positive, _at_most(1 << 40)])
     read_gb_per_s: float = field(default=10.0, validator=_pos)
     write_gb_per_s: float = field(default=10.0, validator=_pos)
     first_byte_latency_ms: float = field(default=0.1, validator=_nonneg + [_at_most(1e12)])
     scope: Literal["worker", "pool"] = "worker"
+    #: with ``scope: pool``, the bandwidth all the pool's reads (writes) share: each moves at
+    #: most an equal share of it (null: 80, the reference's ``shared_read_bandwidth_gbps`` and
+    #: ``shared_write_bandwidth_gbps`` defaults); refused with ``scope: worker``
+    shared_read_gb_per_s: Optional[float] = field(default=None, validator=_pos)
+    shared_write_gb_per_s: Optional[float] = field(default=None, validator=_pos)
+
+    def __attrs_post_init__(self) -> None:
+        for name in ("shared_read_gb_per_s", "shared_write_gb_per_s"):
+            if self.scope == "worker" and getattr(self, name) is not None:
+                raise FieldValueError(name, f"'{name}' caps the reads or writes a pool's workers share: it "
+                                      "applies only with 'scope: pool'")
+
+    def shared_bytes_per_s(self, write: bool) -> Optional[float]:
+        """The pool-wide cap of its reads (``write`` False) or writes, bytes/s; None with
+        ``scope: worker`` (each worker alone)."""
+        if self.scope != "pool":
+            return None
+        gb = self.shared_write_gb_per_s if write else self.shared_read_gb_per_s
+        return (80.0 if gb is None else gb) * BYTES_PER_GB
 
 
 @frozen

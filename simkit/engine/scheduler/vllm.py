@@ -176,6 +176,11 @@ class VllmScheduler(Scheduler):
             self._admit(batch, budget)
         if not entries and not hold and self.offload is not None and self._unhold_restored():
             self._admit(batch, budget)  # (after a preemption too: else nothing runs, for good)
+        if self.offload is not None:
+            for victim in batch.preempted:
+                self.offload.preempted(victim.rid)
+            if entries:
+                self.offload.progressed()
         return batch if entries else None
 
     def _unhold_restored(self) -> bool:
