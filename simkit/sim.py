@@ -28,6 +28,7 @@ import attrs
 from simpy.core import EmptySchedule
 
 from simkit.cluster.collector import Collector, InvariantError
+from simkit.cluster.offload import publish_tier_events
 from simkit import spec
 from simkit.engine.resolve import resolve_scenario
 from simkit.spec import ConfigError, KvAwareRouter, PythonPlanner, PythonRouter, ResolveError, Scenario
@@ -223,6 +224,7 @@ class Simulation:
         self._kv_watched = False  # likewise: the router queue's max_kv_usage watches the entry pool's KV
         self._kv_listener = None  # set once the router exists (a KV-aware router's KV events)
         self._host_listener = None  # likewise, its host-tier events
+        self._disk_listener = None  # and its storage tiers' (kv_offload.storage.kv_events)
         self._clock = None  # the planner, once it exists (fast-forward horizon)
         self.router: Optional[Router] = None
         latencies = {}
@@ -231,7 +233,9 @@ class Simulation:
         #: on the reference: a decode worker that takes a prompt's KV in at the instant its
         #: prefill ends frees the prefill side before that worker forms its next pass)
         order = {"decode": 0, "aggregated": 1, "prefill": 1}
-        shared_storage: dict = {}  #: pool -> its storage tier (kv_offload.storage.scope: pool)
+        #: pool -> its storage tier (kv_offload.storage.scope: pool); (pool, way) -> the share
+        #: of its host copies that way under a pool-wide cap (kv_offload.shared_d2h_gb_per_s)
+        shared_storage: dict = {}
         for name, pool_spec in scenario.pools.named():
             index = order[name]
             latency = latencies[name] = make_latency_model(pool_spec.latency or scenario.latency,
@@ -243,20 +247,25 @@ class Simulation:
                 worker = Worker(env, name, wid, name, pool_spec, latency, probe, handoff=sink,
                                 rank=index * RANK_STRIDE + wid, fast_forward=fast_forward,
                                 horizon=self.time_limit, record_passes=record_passes, seed=scenario.seed)
-                if entry:
-                    worker.on_pass_end = self._pass_end_hook
-                    worker.kv_watched = self._kv_watched
-                    if self._kv_listener is not None:
-                        worker.publish_kv_events(self._kv_listener, event_lag_s)
-                        _publish_host_events(worker, self._host_listener)
-                # (with a host tier every prompt block keeps its identity: it is stored and found there)
-                worker.sched.private_ids = private if worker.offload is None else None
                 storage = pool_spec.kv_offload.storage if pool_spec.kv_offload is not None else None
+                if pool_spec.kv_offload is not None:  # pool-wide caps on host copies: one share each way
+                    for way in ("stores", "loads"):
+                        if getattr(worker.offload, way).share.total_bytes_per_s is not None:
+                            getattr(worker.offload, way).share = shared_storage.setdefault(
+                                (name, way), getattr(worker.offload, way).share)
                 if storage is not None and storage.scope == "pool":  # one storage tier, all its workers
                     own = worker.offload.host.storage
                     shared = worker.offload.host.storage = shared_storage.setdefault(name, own)
                     if shared is not own:
                         shared.inboxes.extend(own.inboxes)
+                if entry:
+                    worker.on_pass_end = self._pass_end_hook
+                    worker.kv_watched = self._kv_watched
+                    if self._kv_listener is not None:
+                        worker.publish_kv_events(self._kv_listener, event_lag_s)
+                        publish_tier_events(worker, self._host_listener, self._disk_listener)
+                # (with a host tier every prompt block keeps its identity: it is stored and found there)
+                worker.sched.private_ids = private if worker.offload is None else None
                 worker.clock = self._clock
                 if self.router is not None:  # a worker the planner adds
                     self._wire_pairing(worker)
@@ -286,9 +295,10 @@ class Simulation:
         if isinstance(self.router.entry_policy, KvAware):  # it hears the prompt pool's KV events
             self._kv_listener = self.router.entry_policy.kv_event
             self._host_listener = self.router.entry_policy.host_event
+            self._disk_listener = self.router.entry_policy.disk_event
             for worker in self.pools[entry_name]:
                 worker.publish_kv_events(self._kv_listener, event_lag_s)
-                _publish_host_events(worker, self._host_listener)
+                publish_tier_events(worker, self._host_listener, self._disk_listener)
         if self.link is not None and scenario.link.timing_mode == "destination_missing":
             self.link.place = self.router.place_decode
         for name in ("decode", entry_name):
@@ -417,7 +427,8 @@ class Simulation:
                     written_blocks=sum(o.host.written_blocks for o in offloading),
                     storage_read_bytes=sum(o.bytes_read for o in offloading),
                     storage_write_bytes=sum(o.bytes_written for o in offloading),
-                    bypassed_restores=sum(o.host.bypassed_restores for o in offloading))
+                    bypassed_restores=sum(o.host.bypassed_restores for o in offloading),
+                    storage_hit_tokens=sum(o.host.storage_hit_tokens for o in offloading))
         records = self.collector.finalize(end_at, worker_seconds, passes, reason, detail,
                                           not_arrived=self.source.unreleased(), **extra)
         workers = [w for ws in self.pools.values() for w in ws]
@@ -480,7 +491,9 @@ class Simulation:
         fast-forwarded run, not yet accepted) + waiting + running + on the handoff link + in the
         handoff queue + ended. KV, per worker: free anonymous +
         free cached + in use = ``num_gpu_blocks``, and no block both free and in use; a host KV
-        tier holds (resident + being stored) at most its ``host_blocks``.
+        tier holds (resident + being stored) at most its ``host_blocks``, a storage tier
+        (resident + being written) at most its ``blocks``, each block one or the other, and
+        only resident blocks are being staged from it.
 
         Raises:
             InvariantError: naming the rule, the numbers and the time.
@@ -508,24 +521,13 @@ class Simulation:
                 if kv.used_blocks > kv.capacity:
                     raise InvariantError(f"at t={now:.6f} s, worker {w.name}: {kv.used_blocks} KV blocks "
                                          f"in use, more than num_gpu_blocks {kv.capacity}")
-                if w.offload is not None:
-                    tier = w.offload.host.tier
-                    if tier.used > tier.capacity or tier.resident.keys() & tier.pending.keys():
-                        raise InvariantError(f"at t={now:.6f} s, worker {w.name}: host KV tier holds "
-                                             f"{len(tier.resident)} + {len(tier.pending)} being stored of "
-                                             f"{tier.capacity} blocks (or a block both)")
+                problem = w.offload.problem() if w.offload is not None else None
+                if problem is not None:
+                    raise InvariantError(f"at t={now:.6f} s, worker {w.name}: {problem}")
         arrived = self.collector.arrived_count
         if arrived != sum(where.values()):
             parts = " + ".join(f"{k} {v}" for k, v in where.items())
             raise InvariantError(f"at t={now:.6f} s, requests not conserved: arrived {arrived} != {parts}")
-
-
-def _publish_host_events(worker, listener) -> None:
-    """A worker's host KV tier, if it has one, tells ``listener(wid, stored, keys)`` of the
-    blocks it takes in and evicts (a KV-aware router weighs host hits)."""
-    if worker.offload is not None:
-        wid = worker.wid
-        worker.offload.host.tier.on_change = lambda stored, keys: listener(wid, stored, keys)
 
 
 def build(scenario: Scenario, requests: Optional[Iterable[Request]] = None,

@@ -69,7 +69,11 @@ def scenarios(draw):
             prompt_pool["kv_offload"]["storage"] = {"blocks": draw(st.sampled_from([4, 1000])),
                                                     "read_gb_per_s": draw(st.sampled_from([0.05, 10.0])),
                                                     "write_gb_per_s": draw(st.sampled_from([0.05, 10.0])),
-                                                    "scope": draw(st.sampled_from(["worker", "pool"]))}
+                                                    "scope": draw(st.sampled_from(["worker", "pool"])),
+                                                    "kv_events": draw(st.booleans())}
+            if prompt_pool["kv_offload"]["storage"]["scope"] == "pool" and draw(st.booleans()):
+                # pool-wide caps that bind
+                prompt_pool["kv_offload"]["storage"].update(shared_read_gb_per_s=0.05, shared_write_gb_per_s=0.05)
     if draw(st.booleans()):
         data = {"pools": {"aggregated": dict(prompt_pool, speculative=speculative)}}
     else:

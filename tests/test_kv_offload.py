@@ -23,9 +23,13 @@ def copy_ms(blocks: int, gb_per_s: float) -> float:
     return blocks * BLOCK_BYTES / (gb_per_s * 1e9) * 1000
 
 
+TIER_FIELDS = ("first_byte_latency_ms", "shared_d2h_gb_per_s", "shared_h2d_gb_per_s")
+
+
 def offload_run(requests, d2h=10.0, h2d=10.0, host_blocks=100, storage=None, **pool):
-    pool = dict(dict(block_size=64, num_gpu_blocks=8, max_num_seqs=4), **pool)
     tier = {"host_blocks": host_blocks, "d2h_gb_per_s": d2h, "h2d_gb_per_s": h2d, "kv_bytes_per_token": 131072}
+    tier.update({k: pool.pop(k) for k in TIER_FIELDS if k in pool})
+    pool = dict(dict(block_size=64, num_gpu_blocks=8, max_num_seqs=4), **pool)
     if storage is not None:
         tier["storage"] = storage
     return run(requests, kv_offload=tier, **pool)
@@ -146,12 +150,13 @@ def test_the_summary_counts_hits_by_tier_and_the_bytes_copied():
 
 @pytest.mark.parametrize("pool, message", [
     ({"kv_offload": {"host_blocks": 4, "offload": "prompt_and_output"}}, "not modelled yet"),
+    ({"kv_offload": {"host_blocks": 4, "scope": "pool"}}, "'scope: pool' .* is not modelled yet"),
     ({"kv_offload": {"host_blocks": 4, "storage": {"blocks": 10, "scope": "node"}}}, "scope"),
     ({"kv_offload": {"host_blocks": 4, "storage": {"blocks": 10, "shared_read_gb_per_s": 5}}},
      "applies only with 'scope: pool'"),
     ({"kv_offload": {"host_blocks": 4, "storage": {"blocks": 10, "scope": "pool", "shared_write_gb_per_s": 0}}},
      "'shared_write_gb_per_s' must be > 0"),
-    ({"kv_offload": {"host_blocks": 4, "shared_d2h_gb_per_s": 5}}, "shared_d2h_gb_per_s"),
+    ({"kv_offload": {"host_blocks": 4, "shared_h2d_gb_per_s": -1}}, "'shared_h2d_gb_per_s' must be > 0"),
     ({"kv_offload": {"host_blocks": 4}, "backend": "sglang"}, "backend: vllm only"),
     ({"kv_offload": {"host_blocks": 4}, "enable_prefix_caching": False}, "enable_prefix_caching"),
     ({"kv_offload": {"host_blocks": 0}}, "'host_blocks' must be > 0"),
@@ -238,6 +243,16 @@ def test_passes_record_the_host_tier_and_the_worker_series_plots_it():
     assert len(worker_series(records).axes) == 4
     plain = simulate(scenario(), [req(0, 0, 256, 2)], record_passes=True)
     assert {p.host_blocks for p in plain.pass_log} == {None} and len(worker_series(plain).axes) == 3
+    assert {p.storage_blocks for p in records.pass_log} == {None}
+    # with a storage tier: A's 4 blocks are written from the end of its decode pass (when the
+    # worker takes their store's end), so B's first pass sees them; B's 7 are stored at its
+    # prefill's end and written after its last pass
+    tiered = simulate(scenario(block_size=64, num_gpu_blocks=8, max_num_seqs=4, kv_offload={
+        "host_blocks": 100, "d2h_gb_per_s": 10.0, "h2d_gb_per_s": 10.0, "kv_bytes_per_token": 131072,
+        "storage": {"blocks": 100}}), [req(0, 0, 256, 2, [1, 2, 3, 4], 64), req(1, 1000, 448, 2, range(10, 17), 64)],
+        record_passes=True)
+    assert [(p.host_blocks, p.storage_blocks) for p in tiered.pass_log] == [(0, 0), (4, 0), (4, 4), (11, 4)]
+    assert len(worker_series(tiered).axes) == 4
 
 
 
@@ -280,9 +295,12 @@ def test_the_summary_counts_the_storage_tier():
     records = simulate(sc, [req(0, 0, 256, 2, [1, 2, 3, 4], 64), req(1, 1000, 448, 2, range(10, 17), 64),
                             req(2, 2000, 256, 2, [1, 2, 3, 4], 64)])
     off = summarize(records)["kv_offload"]
-    # A's 4 and B's 7 written to storage; A's 4 staged back for C
+    # A's 4 and B's 7 written to storage; A's 4 staged back for C, which reuses 3 of them (the
+    # last block of a fully cached prompt is computed again): 192 of the 960 prompt tokens
     assert (off["written_blocks"], off["staged_blocks"]) == (11, 4)
     assert off["storage_read_gb"] == pytest.approx(4 * BLOCK_BYTES / 1e9)
+    assert off["storage_hit_tokens"] == off["host_hit_tokens"] == 192
+    assert off["storage_hit_ratio"] == pytest.approx(192 / 960) and off["bypassed_restores"] == 0
 
 
 def test_a_pool_wide_storage_tier_is_shared_by_its_workers():
@@ -460,3 +478,59 @@ def test_a_prompt_stages_its_next_storage_blocks_while_another_request_stages_it
     assert both[3].first_admitted_at * 1000 == measured(709.8734066)
     assert alone[3].first_admitted_at * 1000 == alone[5].first_admitted_at * 1000 == measured(625.9873266)
     assert both[5].first_admitted_at * 1000 == measured(727.3482916) == measured(both[3].first_token_at * 1000)
+
+
+def test_the_host_tier_is_sized_in_blocks_in_gib_or_from_the_gpus_host_memory():
+    # 64 GiB of 64-token blocks of 131072 bytes per token (8 MiB each): 8192 blocks
+    assert scenario_from_dict({"pools": {"aggregated": {"kv_offload": {"kv_offloading_size_gib": 64}}}}
+                              ).pools.aggregated.kv_offload.host_blocks == 8192
+    # Llama-3.1-70B (327680 KV bytes per token: 20 MiB a block) at TP 4 on H100s: a DGX H100's
+    # 2 TiB over 8 GPUs is 256 GiB per GPU, 1 TiB per worker: 52428 blocks
+    sc = scenario_from_dict({"latency": {"kind": "roofline", "model": "Llama-3.1-70B", "gpu": "H100",
+                                         "tensor_parallel_size": 4},
+                             "pools": {"aggregated": {"tensor_parallel_size": 4, "kv_offload": {}}}})
+    assert sc.pools.aggregated.kv_offload.host_blocks == 2**40 // (64 * 327680) == 52428
+
+
+@pytest.mark.parametrize("data, message", [
+    ({"pools": {"aggregated": {"kv_offload": {}}}}, "the latency model names no GPU"),
+    ({"latency": {"kind": "roofline", "model": "Llama-3.1-8B", "gpu": "L40S"}, "pools": {"aggregated": {"kv_offload": {}}}},
+     "L40S has no host memory figure"),
+    ({"pools": {"aggregated": {"kv_offload": {"host_blocks": 4, "kv_offloading_size_gib": 1}}}}, "not both"),
+    ({"pools": {"aggregated": {"kv_offload": {"kv_offloading_size_gib": 0.001}}}}, "holds no 8388608-byte KV block"),
+])
+def test_a_host_tier_that_cannot_be_sized_is_refused_in_one_line(data, message):
+    with pytest.raises(ConfigError, match=message) as exc:
+        scenario_from_dict(data, "f.yaml")
+    assert len(exc.value.messages) == 1 and exc.value.messages[0].startswith("f.yaml: ")
+
+
+def test_a_host_copys_first_byte_latency_counts_from_when_it_was_accepted():
+    # C's restore waits 5 ms before its first byte (reference, latency_to_first_byte_ms 5:
+    # admitted at 2008.3554432 ms, 5 ms later than without)
+    c = offload_run([req(0, 0, 256, 2, [1, 2, 3, 4], 64), req(1, 1000, 448, 2, range(10, 17), 64),
+                     req(2, 2000, 256, 2, [1, 2, 3, 4], 64)], first_byte_latency_ms=5.0)[2]
+    assert c.first_admitted_at * 1000 == ms(2000 + 5 + copy_ms(4, 10)) == measured(2008.3554432)
+    # two stores accepted together at 0.01 GB/s, 50 ms to the first byte: the second's latency
+    # runs during the first's copy, so B's pass, which waits for both, starts 50 ms later than
+    # without, not 100 (reference: first token at 3449.247268 ms)
+    recs = offload_run([req(0, 0, 128, 1, [1, 2], 64), req(1, 0, 128, 1, [3, 4], 64),
+                        req(2, 1000, 448, 1, range(10, 17), 64)], d2h=0.01, first_byte_latency_ms=50.0)
+    assert recs[2].first_token_at * 1000 == ms(P(256) + 50 + copy_ms(4, 0.01) + P(448))
+    assert recs[2].first_token_at * 1000 == measured(3449.247268)
+
+
+def test_two_workers_restores_under_way_together_share_a_pool_wide_cap():
+    # round robin over 2 workers: each restores 4 blocks at 2000 ms (as C in ``three``), at
+    # 10 GB/s each. Under a 10 GB/s pool-wide cap both move at min(10, 10 / 2) = 5 GB/s: 4
+    # blocks take 6.7108864 ms, not 3.3554432. (Not the reference's: its per-worker host tiers
+    # take no pool cap; a node's shared host link, say, which simkit offers as a what-if)
+    reqs = [req(0, 0, 256, 2, [1, 2, 3, 4], 64), req(1, 0, 256, 2, [21, 22, 23, 24], 64),
+            req(2, 1000, 448, 2, range(10, 17), 64), req(3, 1000, 448, 2, range(30, 37), 64),
+            req(4, 2000, 256, 2, [1, 2, 3, 4], 64), req(5, 2000, 256, 2, [21, 22, 23, 24], 64)]
+    capped = offload_run(reqs, workers=2, shared_h2d_gb_per_s=10.0)
+    free = offload_run(reqs, workers=2)
+    for rid in (4, 5):
+        assert capped[rid].first_admitted_at * 1000 == ms(2000 + copy_ms(4, 5))
+        assert free[rid].first_admitted_at * 1000 == ms(2000 + copy_ms(4, 10))
+    assert {capped[4].decode_worker, capped[5].decode_worker} == {0, 1}

@@ -291,3 +291,24 @@ def test_host_tier_blocks_count_host_cache_hit_weight_each_in_the_prefill_term()
     assert costs(entry)[2] == 6.0
     _, entry, _ = route(reqs, workers=1, num_gpu_blocks=8)
     assert costs(entry)[2] == 8.0
+
+
+def test_storage_tier_blocks_count_disk_cache_hit_weight_each_when_the_tier_announces_them():
+    # as above with a 7-block host tier and a storage tier behind it: B's 7 blocks push A's 4 off
+    # the host, and both are written to storage. C, A's prompt: no GPU or host overlap, 4
+    # storage blocks credited 0.25 each (Dynamo's default) when the tier announces its blocks:
+    # prefill 4 - 1 = 3, + 4 active blocks = 7; 0.5 each: 4 - 2 + 4 = 6. A tier that announces
+    # nothing, the default and the reference replay's way, leaves 4 + 4 = 8
+    reqs = [R(0, 0, 256, 2, [1, 2, 3, 4]), R(1, 1000, 448, 2, range(10, 17)), R(2, 2000, 256, 2, [1, 2, 3, 4])]
+    tier = {"host_blocks": 7, "d2h_gb_per_s": 10.0, "h2d_gb_per_s": 10.0, "kv_bytes_per_token": 131072,
+            "storage": {"blocks": 100, "kv_events": True}}
+    records, entry, _ = route(reqs, workers=1, num_gpu_blocks=8, kv_offload=tier)
+    assert costs(entry)[2] == 7.0 and records.requests[2].host_cached_tokens == 192  # (staged, restored)
+    _, entry, _ = route(reqs, workers=1, num_gpu_blocks=8, kv_offload=tier, router={"disk_cache_hit_weight": 0.5})
+    assert costs(entry)[2] == 6.0
+    quiet = dict(tier, storage={"blocks": 100})
+    _, entry, _ = route(reqs, workers=1, num_gpu_blocks=8, kv_offload=quiet)
+    assert costs(entry)[2] == 8.0
+    shared = dict(tier, storage={"blocks": 100, "kv_events": True, "scope": "pool"})
+    _, entry, _ = route(reqs, workers=1, num_gpu_blocks=8, kv_offload=shared)
+    assert costs(entry)[2] == 7.0  # a pool's shared tier: announced for every worker

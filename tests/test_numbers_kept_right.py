@@ -247,6 +247,8 @@ PLACES = {
                        "pools.aggregated.kv_offload.storage"),
     "first_byte_latency_ms": ({"pools": {"aggregated": {"kv_offload": {"host_blocks": 4, "storage": {"blocks": 4}}}}},
                               "pools.aggregated.kv_offload.storage"),
+    "shared_d2h_gb_per_s": ({"pools": {"aggregated": {"kv_offload": {"host_blocks": 4}}}}, "pools.aggregated.kv_offload"),
+    "shared_h2d_gb_per_s": ({"pools": {"aggregated": {"kv_offload": {"host_blocks": 4}}}}, "pools.aggregated.kv_offload"),
     "shared_read_gb_per_s": ({"pools": {"aggregated": {"kv_offload": {"host_blocks": 4, "storage": {
         "blocks": 4, "scope": "pool"}}}}}, "pools.aggregated.kv_offload.storage"),
     "shared_write_gb_per_s": ({"pools": {"aggregated": {"kv_offload": {"host_blocks": 4, "storage": {

@@ -129,6 +129,10 @@ class KvAware:
         #: key -> bitmask of workers whose host KV tier announced it (``kv_offload``)
         self.host_cached: dict[int, int] = {}
         self.host_weight = spec.host_cache_hit_weight
+        #: key -> bitmask of workers whose storage tier announced it (``kv_events``; a pool's
+        #: shared tier marks every bit: -1)
+        self.disk_cached: dict[int, int] = {}
+        self.disk_weight = spec.disk_cache_hit_weight
         #: workers whose state a decision must bring up to date first (fast-forwarded runs that
         #: may evict announced blocks): set by the composition root to the pool's worker list
         self.pool_workers: Sequence = ()
@@ -149,6 +153,11 @@ class KvAware:
     def host_event(self, wid: int, stored: bool, keys: Sequence[int]) -> None:
         """Worker ``wid``'s host KV tier announced ``keys`` stored (copied there) or evicted."""
         _mark(self.host_cached, 1 << wid, stored, keys)
+
+    def disk_event(self, wid: Optional[int], stored: bool, keys: Sequence[int]) -> None:
+        """Worker ``wid``'s storage tier (None: the pool's shared one) announced ``keys``
+        written or evicted."""
+        _mark(self.disk_cached, -1 if wid is None else 1 << wid, stored, keys)
 
     def prefill_done(self, rid: int) -> None:
         """``rid``'s prompt is done (its first token, or its prefill on a prefill worker): its
@@ -221,22 +230,31 @@ class KvAware:
             candidates |= 1 << w.wid
         overlap = leading_runs(keys, self.cached, candidates) if self.prefill_term and keys else {}
         credited = overlap
-        if self.host_cached and overlap is not None and keys and self.prefill_term:
-            # host-tier blocks continuing each worker's GPU prefix count host_cache_hit_weight each
+        if (self.host_cached or self.disk_cached) and overlap is not None and keys and self.prefill_term:
+            # host-tier blocks continuing each worker's GPU prefix count host_cache_hit_weight
+            # each, and storage blocks continuing those disk_cache_hit_weight each
             credited = dict(overlap)
-            host = self.host_cached
+            host, disk = self.host_cached, self.disk_cached
             for w in workers:
                 wid = w.wid
                 g = overlap.get(wid, 0)
                 bit = 1 << wid
-                h = 0
-                for key in keys[g:]:
-                    if host.get(key, 0) & bit:
-                        h += 1
-                    else:
-                        break
-                if h:
-                    credited[wid] = g + self.host_weight * h
+                h = g
+                if host:
+                    for key in keys[g:]:
+                        if host.get(key, 0) & bit:
+                            h += 1
+                        else:
+                            break
+                d = h
+                if disk:
+                    for key in keys[h:]:
+                        if disk.get(key, 0) & bit:
+                            d += 1
+                        else:
+                            break
+                if d > g:
+                    credited[wid] = g + self.host_weight * (h - g) + self.disk_weight * (d - h)
         full = isl // bs
         queued = self.prefill_tokens
         out = []

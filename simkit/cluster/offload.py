@@ -21,27 +21,34 @@ Part of :mod:`simkit.cluster`.
 from __future__ import annotations
 
 from collections import deque
+from typing import Optional
 
 import simpy
 
 from simkit.core.units import BYTES_PER_GB, S_PER_MS
 from simkit.cluster.messages import Restored, Stored
-from simkit.cluster.transfer import CappedShare, FairShare
+from simkit.cluster.transfer import CappedShare
 from simkit.engine.offload import HostOffload, StorageTier
 
-__all__ = ["OffloadCopies"]
+__all__ = ["OffloadCopies", "publish_tier_events"]
 
 
 class Copies:
-    """A first-in-first-out queue of copies (jobs: id, keys, bytes, events to wait for first)
-    over one :class:`FairShare`, one at a time, each ``latency_s`` before its first byte;
-    ``moved`` counts the bytes of those ended."""
+    """A first-in-first-out queue of one worker's copies one way (jobs: id, keys, bytes, events
+    to wait for first, when accepted), one at a time over a
+    :class:`~simkit.cluster.transfer.CappedShare` at ``bytes_per_s`` (the pool's share, with a
+    pool-wide cap, or the worker's own); each copy's first byte moves ``latency_s`` after it
+    was accepted, or when the copy before it ends if later (measured on the reference: two
+    stores accepted together with a 50 ms first-byte latency end 50 ms later than without, not
+    100). ``moved`` counts the bytes of those ended."""
 
-    __slots__ = ("queue", "share", "wake", "latency_s", "moved")
+    __slots__ = ("queue", "share", "wake", "latency_s", "moved", "bytes_per_s")
 
-    def __init__(self, env: simpy.Environment, share: FairShare, latency_s: float = 0.0) -> None:
+    def __init__(self, env: simpy.Environment, share: CappedShare, bytes_per_s: float,
+                 latency_s: float = 0.0) -> None:
         self.queue: deque = deque()
         self.share = share
+        self.bytes_per_s = bytes_per_s
         self.wake = env.event()
         self.latency_s = latency_s
         self.moved = 0.0
@@ -59,7 +66,7 @@ class OffloadCopies:
     def __init__(self, env: simpy.Environment, spec, block_size: int, inbox) -> None:
         self.env = env
         self.inbox = inbox
-        storage = spec.storage
+        storage = self.storage_spec = spec.storage
         self.host = HostOffload(spec.host_blocks, block_size * spec.kv_bytes_per_token,
                                 None if storage is None else StorageTier(storage.blocks))
         self.host.submit_store = self._submit_store
@@ -67,8 +74,10 @@ class OffloadCopies:
         self.store_done: dict = {}  #: store (or stage) id -> event succeeded when it ends
         #: request id -> (when its restore was asked for, when it ended or None)
         self.restore_times: dict = {}
-        self.stores = self._copies(spec.d2h_gb_per_s, 0.0, self._stored)
-        self.loads = self._copies(spec.h2d_gb_per_s, 0.0, self._restored)
+        latency_s = spec.first_byte_latency_ms * S_PER_MS
+        # (with a pool-wide cap, sim.py gives the pool's workers the first one's share)
+        self.stores = self._copies(spec.d2h_gb_per_s, spec.shared_d2h_gb_per_s, latency_s, self._stored)
+        self.loads = self._copies(spec.h2d_gb_per_s, spec.shared_h2d_gb_per_s, latency_s, self._restored)
         #: bytes read from and written to the storage tier by this worker
         self.bytes_read = self.bytes_written = 0.0
         if storage is not None:  # the storage tier's reads and writes: concurrent, sharing
@@ -83,8 +92,9 @@ class OffloadCopies:
             tier.write_share = CappedShare(env, storage.shared_bytes_per_s(True))
             tier.inboxes.append(inbox)
 
-    def _copies(self, gb_per_s: float, latency_s: float, done) -> "Copies":
-        copies = Copies(self.env, FairShare(self.env, None, gb_per_s * BYTES_PER_GB), latency_s)
+    def _copies(self, gb_per_s: float, shared_gb_per_s, latency_s: float, done) -> "Copies":
+        share = CappedShare(self.env, None if shared_gb_per_s is None else shared_gb_per_s * BYTES_PER_GB)
+        copies = Copies(self.env, share, gb_per_s * BYTES_PER_GB, latency_s)
         self.env.process(self._run(copies, done))
         return copies
 
@@ -100,12 +110,12 @@ class OffloadCopies:
 
     def _submit_store(self, store_id: int, keys: list, nbytes: float) -> None:
         self.store_done[store_id] = self.env.event()
-        self.stores.submit((store_id, keys, nbytes, ()))
+        self.stores.submit((store_id, keys, nbytes, (), self.env.now))
 
     def _submit_load(self, rid: int, keys: list, nbytes: float, after) -> None:
         self.restore_times[rid] = (self.env.now, None)
         waits = [self.store_done[s] for s in after if s in self.store_done]
-        self.loads.submit((rid, keys, nbytes, waits))
+        self.loads.submit((rid, keys, nbytes, waits, self.env.now))
 
     def _submit_stage(self, stage_id: int, keys: list, nbytes: float) -> None:
         self.store_done[stage_id] = self.env.event()
@@ -134,6 +144,27 @@ class OffloadCopies:
             self.bytes_read += nbytes
             self._staged(job)
 
+    def storage_used(self) -> Optional[int]:
+        """Blocks its storage tier holds or is writing, or None without one."""
+        storage = self.host.storage
+        return None if storage is None else len(storage.resident) + len(storage.pending)
+
+    def problem(self) -> Optional[str]:
+        """What breaks conservation in its tiers now, or None: the host tier holds (resident +
+        being stored) at most its capacity, the storage tier (resident + being written) at most
+        its, each block one or the other, and only resident storage blocks are being staged."""
+        tier = self.host.tier
+        if tier.used > tier.capacity or tier.resident.keys() & tier.pending.keys():
+            return (f"host KV tier holds {len(tier.resident)} + {len(tier.pending)} being stored of "
+                    f"{tier.capacity} blocks (or a block both)")
+        storage = self.host.storage
+        if storage is not None and (len(storage.resident) + len(storage.pending) > storage.capacity
+                                    or storage.pending & storage.resident.keys()
+                                    or not storage.staging.keys() <= storage.resident.keys()):
+            return (f"storage KV tier holds {len(storage.resident)} + {len(storage.pending)} being written of "
+                    f"{storage.capacity} blocks (or a block both, or a block staged that it does not hold)")
+        return None
+
     def stores_done(self, store_ids) -> simpy.Event:
         """An event that succeeds when every store of ``store_ids`` still under way has ended."""
         waits = [self.store_done[s] for s in store_ids if s in self.store_done]
@@ -161,9 +192,9 @@ class OffloadCopies:
             inbox.put(Stored(-1))
 
     def _run(self, copies: "Copies", done):
-        """The copies of one queue one after another: each after the stores it waits for, then
-        the first-byte latency, then its bytes; ``done(job)`` at its end.
-        Yields: a wake-up while none is queued; those stores; the latency; each copy."""
+        """The copies of one queue one after another: each after the stores it waits for and
+        its first-byte latency (from when it was accepted), then its bytes; ``done(job)`` at
+        its end. Yields: a wake-up while none is queued; those stores; the latency; each copy."""
         env = self.env
         while True:
             if not copies.queue:
@@ -173,8 +204,29 @@ class OffloadCopies:
             job = copies.queue.popleft()
             if job[3]:
                 yield env.all_of(job[3])
-            if copies.latency_s:
-                yield env.timeout(copies.latency_s)
-            yield copies.share.transfer(job[2])
+            first_byte = job[4] + copies.latency_s
+            if first_byte > env.now:
+                yield env.timeout(first_byte - env.now)
+            yield copies.share.transfer(self, copies.bytes_per_s, job[2])
             copies.moved += job[2]
             done(job)
+
+
+def publish_tier_events(worker, listener, disk_listener=None) -> None:
+    """A worker's host KV tier, if it has one, tells ``listener(wid, stored, keys)`` of the
+    blocks it takes in and evicts (a KV-aware router weighs host hits); its storage tier, if it
+    announces its blocks (``kv_events``), tells ``disk_listener`` likewise (wid None for a
+    pool's shared tier, told once however many workers share it)."""
+    if worker.offload is None:
+        return
+    wid = worker.wid
+    worker.offload.host.tier.on_change = lambda stored, keys: listener(wid, stored, keys)
+    spec = worker.offload.storage_spec
+    tier = worker.offload.host.storage
+    if disk_listener is None or spec is None or not spec.kv_events:
+        return
+    if spec.scope == "pool":
+        if not tier.listeners:
+            tier.listeners.append(lambda stored, keys: disk_listener(None, stored, keys))
+    else:
+        tier.listeners.append(lambda stored, keys: disk_listener(wid, stored, keys))

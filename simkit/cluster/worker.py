@@ -614,7 +614,8 @@ class Worker:
                 self.pass_log.append(PassRecord(
                     pool, wid, now, env.now, batch.prefill_tokens, batch.decode_requests,
                     batch.decode_context_tokens, kv_blocks, len(batch.preempted), len(batch.admitted),
-                    None if offload is None else offload.host.tier.used))
+                    None if offload is None else offload.host.tier.used,
+                    None if offload is None else offload.storage_used()))
             emitted, finished, prefilled = sched.complete(batch)
             if self.stored_in_pass:  # the blocks this pass computed (stored at schedule or at its end)
                 self._flush_stored()
@@ -647,9 +648,12 @@ class Worker:
         restore = host.restores.get(rid)
         if restore is None:
             return
-        gpu_tokens = restore[0] * self.sched.block_size
+        bs = self.sched.block_size
+        gpu_tokens = restore[0] * bs
         asked, ended = self.offload.restore_times.pop(rid)
-        self.probe.restored(rid, cached - min(gpu_tokens, cached), ended - asked)
+        host_tokens = cached - min(gpu_tokens, cached)
+        host.storage_hit_tokens += min(host.restored_from_storage.pop(rid, 0) * bs, host_tokens)
+        self.probe.restored(rid, host_tokens, ended - asked)
         host.admitted(rid, cached // self.sched.block_size)
 
     def _store_computed(self, batch, finished, prefilled) -> None:

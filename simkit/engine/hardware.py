@@ -407,6 +407,10 @@ class GpuSpec:
     inter_node_gb_per_s: float
     p2p_latency_us: float
     source: str
+    #: host (CPU) memory per GPU of its reference system, GiB (``host_memory_source``), or
+    #: None: the default size of a host KV tier (``kv_offload``)
+    host_memory_gib: Optional[float] = None
+    host_memory_source: str = ""
 
     def tflops(self, precision: str) -> float:
         """Dense TFLOPS for GEMMs with ``precision`` weights: the fastest tensor-core format the

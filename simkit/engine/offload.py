@@ -150,7 +150,8 @@ class StorageTier:
     """The blocks of a storage KV tier (``kv_offload.storage``): resident ones in LRU order and
     those being written; one per worker, or one a pool's workers share."""
 
-    __slots__ = ("capacity", "resident", "pending", "staging", "inboxes", "read_share", "write_share")
+    __slots__ = ("capacity", "resident", "pending", "staging", "inboxes", "read_share", "write_share",
+                 "listeners")
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
@@ -162,6 +163,9 @@ class StorageTier:
         self.inboxes: list = []
         #: the bandwidth its reads and its writes share (set by the copies' owner)
         self.read_share = self.write_share = None
+        #: told listener(stored, keys) as blocks become resident (a write ended) or are
+        #: evicted (a KV-aware router's view of the tier, ``kv_events``)
+        self.listeners: list = []
 
     def reserve(self, keys: Sequence[int]) -> list:
         """Reserve room for the ``keys`` it lacks, evicting least recently used resident blocks
@@ -184,6 +188,8 @@ class StorageTier:
                 del new[len(new) - (need - len(victims)):]  # the leading ones that fit
             for key in victims:
                 del self.resident[key]
+            for listener in self.listeners:
+                listener(False, victims)
         self.pending.update(new)
         return new
 
@@ -194,6 +200,8 @@ class StorageTier:
             if key in self.pending:
                 self.pending.discard(key)
                 self.resident[key] = None
+        for listener in self.listeners:
+            listener(True, list(keys))
 
     def match(self, keys: Sequence[int]) -> tuple[list, bool]:
         """In the leading run of ``keys`` resident or being written: the resident ones, and
@@ -269,6 +277,11 @@ class HostOffload:
         self.rounds: dict = {}
         self.bypassing: set = set()
         self.bypassed_restores = 0
+        #: per request id: the keys it staged from storage, and of its restore's blocks those
+        #: that came from there; prompt tokens its admissions reused from storage, in all
+        self.staged_for: dict = {}
+        self.restored_from_storage: dict = {}
+        self.storage_hit_tokens = 0
 
     # ------------------------------------------------------------------ GPU evictions
 
@@ -318,7 +331,9 @@ class HostOffload:
             # (also while some host blocks before them are still coming: measured, a prompt
             # whose first blocks another request is staging stages the next ones meanwhile)
             found, writing = storage.match(keys[gpu_hits + n:])
-            if found and self._stage(found):
+            staged = self._stage(found) if found else None
+            if staged:
+                self.staged_for.setdefault(rid, set()).update(staged)
                 rounds = self.rounds[rid] = self.rounds.get(rid, 0) + 1
                 if rounds >= RESTORE_ROUNDS_BEFORE_BYPASS:  # thrashing: compute them instead
                     self.bypassing.add(rid)
@@ -329,15 +344,16 @@ class HostOffload:
                 return DEFERRED  # the next is still being written: wait for the write
         return DEFERRED if busy else n
 
-    def _stage(self, keys: Sequence[int]) -> bool:
+    def _stage(self, keys: Sequence[int]) -> Optional[list]:
         """Read ``keys`` from the storage tier into host room reserved for them (evicting its
-        least recently used blocks); False if they do not fit."""
+        least recently used blocks); the keys it reads (those the host lacks), or None if they
+        do not fit."""
         tier = self.tier
         # (a key further along may already be on the host: only the others are read)
         keys = [k for k in keys if k not in tier.resident and k not in tier.pending]
         stage_id = self.next_store
         if not keys or not tier.reserve(keys, stage_id):
-            return False
+            return None
         self.next_store += 1
         self.live_stores.add(stage_id)
         self.stages[stage_id] = list(keys)
@@ -345,7 +361,7 @@ class HostOffload:
         for key in keys:
             staging[key] = staging.get(key, 0) + 1
         self.submit_stage(stage_id, list(keys), len(keys) * self.block_bytes)
-        return True
+        return keys
 
     def start_restore(self, rid: int, keys: Sequence[int], gpu_hits: int, n: int, fence: set) -> None:
         """Begin restoring ``keys[gpu_hits:gpu_hits + n]`` for request ``rid``: the caller
@@ -355,6 +371,8 @@ class HostOffload:
         for key in moved:
             self.tier.loading[key] = rid
         self.restores[rid] = (gpu_hits, n)
+        staged = self.staged_for.get(rid)
+        self.restored_from_storage[rid] = sum(1 for key in moved if key in staged) if staged else 0
         self.submit_load(rid, moved, n * self.block_bytes, {s for s in fence if s in self.live_stores})
 
     def restore_done(self, rid: int, keys: Sequence[int]) -> None:
@@ -375,12 +393,14 @@ class HostOffload:
         """Request ``rid`` was preempted: its restore rounds and any bypass end."""
         self.rounds.pop(rid, None)
         self.bypassing.discard(rid)
+        self.staged_for.pop(rid, None)
 
     def admitted(self, rid: int, reused_blocks: int) -> None:
         """Request ``rid`` was admitted with ``reused_blocks`` prompt blocks reused: a restore
         is over, and stores of its blocks start after them."""
         self.rounds.pop(rid, None)
         self.bypassing.discard(rid)
+        self.staged_for.pop(rid, None)
         if self.restores.pop(rid, None) is not None:
             self.loaded.discard(rid)
             self.given_back.discard(rid)
@@ -390,6 +410,8 @@ class HostOffload:
         """Request ``rid`` left this worker (finished, rejected, handed over)."""
         self.rounds.pop(rid, None)
         self.bypassing.discard(rid)
+        self.staged_for.pop(rid, None)
+        self.restored_from_storage.pop(rid, None)
         self.store_from.pop(rid, None)
         self.latest_store.pop(rid, None)
         self.retry.discard(rid)

@@ -12,6 +12,9 @@ aiconfigurator database or pass table exist) and fills the defaults that come fr
   above 160 GB, else 8192) when its latency model names a GPU; otherwise it stays unset and
   the scheduler uses 8192, as the reference does;
 - a pool's ``kv_offload.kv_bytes_per_token`` when unset: its own roofline model's (else 131072);
+- a pool's ``kv_offload.host_blocks`` when unset: ``kv_offloading_size_gib`` GiB of blocks, else
+  the host memory of a worker's GPUs (the GPU's ``host_memory_gib`` x GPUs per worker) with a
+  roofline or aic latency model;
 - the link's unset ``kv_bytes_per_token``: the model's whole-model KV bytes per token (the last
   pool's model that names one), else 131072 (Llama-3.1-8B in bf16, REFERENCE.md section 5).
 
@@ -148,6 +151,10 @@ def resolve_scenario(scenario: Scenario) -> Scenario:
             kv = (hardware.load_model(lat.model).kv_bytes_per_token(lat.kv_precision) if roofline
                   else DEFAULT_KV_BYTES_PER_TOKEN)
             pool = attrs.evolve(pool, kv_offload=attrs.evolve(pool.kv_offload, kv_bytes_per_token=kv))
+        if pool.kv_offload is not None and pool.kv_offload.host_blocks is None:
+            pool = attrs.evolve(pool, kv_offload=attrs.evolve(  # (a size in GiB becomes blocks)
+                pool.kv_offload, host_blocks=_host_blocks(name, pool, lat if roofline else None),
+                kv_offloading_size_gib=None))
         if roofline and pool.max_model_len is None:  # vLLM's default: the model's own limit
             longest = hardware.load_model(lat.model).max_position_embeddings
             if longest:
@@ -159,3 +166,30 @@ def resolve_scenario(scenario: Scenario) -> Scenario:
               else DEFAULT_KV_BYTES_PER_TOKEN)
         scenario = attrs.evolve(scenario, link=attrs.evolve(scenario.link, kv_bytes_per_token=kv))
     return scenario
+
+
+def _host_blocks(name: str, pool, lat) -> int:
+    """A pool's host KV tier in blocks per worker, when ``host_blocks`` is unset: its
+    ``kv_offloading_size_gib``, else the host memory of a worker's GPUs (roofline or aic model
+    ``lat``, else None).
+
+    Raises:
+        ResolveError: neither size, and no GPU host memory to take it from.
+    """
+    off = pool.kv_offload
+    block_bytes = pool.block_size * off.kv_bytes_per_token
+    where = f"$.pools.{name}.kv_offload.host_blocks"
+    if off.kv_offloading_size_gib is not None:
+        gib = off.kv_offloading_size_gib
+    else:
+        gpu = hardware.load_gpu(lat.gpu) if lat is not None else None
+        if gpu is None or gpu.host_memory_gib is None:
+            why = (f"{gpu.name} has no host memory figure" if gpu is not None
+                   else "the latency model names no GPU")
+            raise ResolveError([(where, f"kv_offload needs 'host_blocks' or 'kv_offloading_size_gib' ({why} "
+                                        f"to size the host tier from)")])
+        gib = gpu.host_memory_gib * pool.gpus_per_worker
+    blocks = int(gib * 2**30 // block_bytes)
+    if blocks < 1:
+        raise ResolveError([(where, f"{gib:g} GiB holds no {block_bytes}-byte KV block")])
+    return blocks

@@ -110,7 +110,8 @@ def chrome_trace(records: RunRecords) -> dict:
                        "args": {"prefill_tokens": p.prefill_tokens, "decode_requests": p.decode_requests,
                                 "decode_context_tokens": p.decode_context_tokens, "kv_blocks": p.kv_blocks,
                                 "preempted": p.preempted, "admitted": p.admitted,
-                                **({} if p.host_blocks is None else {"host_blocks": p.host_blocks})}})
+                                **({} if p.host_blocks is None else {"host_blocks": p.host_blocks}),
+                                **({} if p.storage_blocks is None else {"storage_blocks": p.storage_blocks})}})
     link = len(pools) + 1
     for r in records.requests:
         if r.transfer_s is not None:

@@ -139,7 +139,7 @@ def pass_timeline(records: RunRecords, until_s: Optional[float] = None):
 
 def worker_series(records: RunRecords):
     """Time series per worker: KV blocks in use and requests in the batch, from the pass
-    records (and a host KV tier's blocks, when there is one); and the router-to-admission queue depth (requests arrived but not yet admitted
+    records (and a host KV tier's blocks, when there is one, and its storage tier's); and the router-to-admission queue depth (requests arrived but not yet admitted
     by a prompt worker), from the request records. Needs ``record_passes``.
 
     Raises:
@@ -159,6 +159,9 @@ def worker_series(records: RunRecords):
         ax_kv.step(t, [p.kv_blocks for p in mine], where="post", label=f"{pool}/{worker}")
         if host and mine[0].host_blocks is not None:
             axes[2].step(t, [p.host_blocks for p in mine], where="post", label=f"{pool}/{worker}")
+        if host and mine[0].storage_blocks is not None:  # the storage tier behind it, dashed
+            axes[2].step(t, [p.storage_blocks for p in mine], where="post", linestyle="--",
+                         label=f"{pool}/{worker} storage")
         ax_batch.step(t, [p.decode_requests + (1 if p.prefill_tokens else 0) for p in mine], where="post",
                       label=f"{pool}/{worker}")
     # at equal times the arrival counts before the admission (sort key -change: +1 first)
@@ -176,7 +179,7 @@ def worker_series(records: RunRecords):
     ax_queue.set_ylabel("requests arrived,\nnot yet admitted")
     ax_queue.set_xlabel("simulated time (s)")
     if host:
-        axes[2].set_ylabel("host KV blocks\n(held or being stored)")
+        axes[2].set_ylabel("host KV blocks\n(held or being stored;\nstorage dashed)")
     for ax in axes:
         ax.grid(True, alpha=0.3)
     if len(_workers(records.pass_log)) <= 12:

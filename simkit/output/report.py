@@ -151,7 +151,8 @@ def _known(cols: dict, name: str, start: str, end: str, rows: np.ndarray) -> np.
 
 def _kv_offload(records) -> Optional[dict]:
     """The summary's ``kv_offload``: prefix-cache hits by tier (tokens, and as a fraction of the
-    prompt tokens looked up; a storage tier's hits reach the GPU through the host, counted there),
+    prompt tokens looked up; a storage tier's hits reach the GPU through the host, counted there
+    too, and apart as ``storage_hit_tokens``),
     blocks stored and restored, GB copied each way, and with a storage tier the blocks staged
     from it and written to it, and the restores abandoned for recompute (``bypassed_restores``:
     requests that stopped staging from it after
@@ -171,6 +172,8 @@ def _kv_offload(records) -> Optional[dict]:
         out.update(staged_blocks=k["staged_blocks"], written_blocks=k["written_blocks"],
                    storage_read_gb=k["storage_read_bytes"] / 1e9, storage_write_gb=k["storage_write_bytes"] / 1e9,
                    bypassed_restores=k.get("bypassed_restores", 0))
+        storage = k.get("storage_hit_tokens", 0)  # (of the host's: they reach the GPU through it)
+        out.update(storage_hit_tokens=storage, storage_hit_ratio=storage / looked if looked else 0.0)
     return out
 
 

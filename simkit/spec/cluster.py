@@ -133,6 +133,11 @@ class KvAwareRouter:
     #: continuing its GPU prefix, counts this much of a cached block in the prefill term
     #: (Dynamo's default; measured on 1.6.1: 4 host blocks lower a cost by 3)
     host_cache_hit_weight: float = field(default=0.75, validator=_nonneg + [_at_most(1.0)])
+    #: with storage KV tiers that announce their blocks (``kv_offload.storage.kv_events``): a
+    #: prompt block in a worker's storage tier, continuing its GPU and host prefix, counts this
+    #: much of a cached block (Dynamo's default; the reference's replay announces no storage
+    #: block, measured on 1.6.1: disk_blocks 0 in every decision)
+    disk_cache_hit_weight: float = field(default=0.25, validator=_nonneg + [_at_most(1.0)])
 
 #: old or Dynamo-deprecated names of KvAwareRouter fields -> their field (read as that field;
 #: a scenario never holds them once loaded)

@@ -198,6 +198,10 @@ class StorageTierSpec:
     #: ``shared_write_bandwidth_gbps`` defaults); refused with ``scope: worker``
     shared_read_gb_per_s: Optional[float] = field(default=None, validator=_pos)
     shared_write_gb_per_s: Optional[float] = field(default=None, validator=_pos)
+    #: announce its blocks (written, evicted) to a KV-aware router, which weighs them by
+    #: ``disk_cache_hit_weight``, as Dynamo's KVBM disk tier does; false (the default): as the
+    #: reference's replay, whose storage tier announces nothing
+    kv_events: bool = False
 
     def __attrs_post_init__(self) -> None:
         for name in ("shared_read_gb_per_s", "shared_write_gb_per_s"):
@@ -219,7 +223,11 @@ class KvOffloadSpec:
     """A host-memory KV tier behind each worker's GPU cache (``pools.<pool>.kv_offload``), as
     vLLM's ``OffloadingConnector`` (CPU offloading) and the reference's ``native_host_offload``.
 
-    Each worker has ``host_blocks`` host blocks of the pool's ``block_size``. A request's full
+    Each worker has ``host_blocks`` host blocks of the pool's ``block_size``; or
+    ``kv_offloading_size_gib`` GiB of them (vLLM's ``--kv-offloading-size``); with neither, and a
+    roofline or aic latency model, the host memory of the worker's GPUs (the GPU's
+    ``host_memory_gib``, from its reference system's datasheet, times its GPUs per worker: an
+    upper bound, the whole of it). A request's full
     prompt blocks are copied GPU -> host at the end of the pass that computed them (those the
     tier lacks, one copy per request and pass, one copy after another per worker at
     ``d2h_gb_per_s``); a waiting request whose prompt continues past its GPU prefix hit with
@@ -235,15 +243,41 @@ class KvOffloadSpec:
     until the workloads give them one).
     """
 
-    host_blocks: int = field(validator=[_positive, _at_most(1 << 40)])
+    #: host blocks per worker (null: from ``kv_offloading_size_gib`` or the GPU's host memory)
+    host_blocks: Optional[int] = field(default=None, validator=[_positive, _at_most(1 << 40)])
+    #: the host tier's size per worker in GiB, vLLM's ``--kv-offloading-size`` (instead of
+    #: ``host_blocks``)
+    kv_offloading_size_gib: Optional[float] = field(default=None, validator=_pos + [_at_most(1 << 30)])
     d2h_gb_per_s: float = field(default=32.0, validator=_pos)
     h2d_gb_per_s: float = field(default=32.0, validator=_pos)
+    #: a pool-wide cap on the copies one way of all its workers (a node's host link, say):
+    #: with ``n`` workers copying, each moves at most ``min(d2h_gb_per_s, shared / n)``. null
+    #: (the default): none, as the reference's per-rank copies (its shared caps bind only a
+    #: host tier the pool shares, which simkit does not model)
+    shared_d2h_gb_per_s: Optional[float] = field(default=None, validator=_pos)
+    shared_h2d_gb_per_s: Optional[float] = field(default=None, validator=_pos)
+    #: before a copy's first byte moves, from when it was accepted (the reference's
+    #: ``latency_to_first_byte_ms``, default 0; measured: it adds to a restore, and copies queued
+    #: behind one another wait for it once, not each)
+    first_byte_latency_ms: float = field(default=0.0, validator=_nonneg + [_at_most(1e12)])
     offload: Literal["prompt", "prompt_and_output"] = "prompt"
+    #: ``worker``: a host tier per worker (vLLM's, the reference's ``dp_rank_local``); ``pool``
+    #: (one host tier a pool shares, the reference's ``cluster_shared``) is refused: not
+    #: modelled yet
+    scope: Literal["worker", "pool"] = "worker"
     kv_bytes_per_token: Optional[int] = field(default=None, validator=[_positive, _at_most(1 << 40)])
     #: a storage tier behind the host one (null: none): see :class:`StorageTierSpec`
     storage: Optional[StorageTierSpec] = None
 
     def __attrs_post_init__(self) -> None:
+        if self.host_blocks is not None and self.kv_offloading_size_gib is not None:
+            raise FieldValueError("kv_offloading_size_gib", "give 'host_blocks' or 'kv_offloading_size_gib', "
+                                  "not both: both size the host tier")
+        if self.scope != "worker":
+            raise FieldValueError("scope", "'scope: pool' (one host tier a pool's workers share, the reference's "
+                                  "cluster_shared G2, which it calls a simulator extension) is not modelled yet: "
+                                  "'scope: worker' (a tier per worker, as vLLM), or a storage tier with "
+                                  "'storage.scope: pool'")
         if self.offload != "prompt":
             raise FieldValueError("offload", "'offload: prompt_and_output' is not modelled yet: generated-token "
                                   "blocks have no identity to find them again by (only 'prompt')")
