@@ -88,6 +88,17 @@ def _mark(index: dict, bit: int, stored: bool, keys: Sequence[int]) -> None:
                 index.pop(key, None)
 
 
+def _run_end(keys: Sequence[int], start: int, index: dict, bit: int) -> int:
+    """The index past the run of ``keys`` from ``start`` whose ``index`` mask has ``bit``."""
+    end = start
+    if index:
+        for key in keys[start:]:
+            if not index.get(key, 0) & bit:
+                break
+            end += 1
+    return end
+
+
 class _Routed:
     """What the router remembers of one request it routed to worker ``wid``."""
 
@@ -239,20 +250,8 @@ class KvAware:
                 wid = w.wid
                 g = overlap.get(wid, 0)
                 bit = 1 << wid
-                h = g
-                if host:
-                    for key in keys[g:]:
-                        if host.get(key, 0) & bit:
-                            h += 1
-                        else:
-                            break
-                d = h
-                if disk:
-                    for key in keys[h:]:
-                        if disk.get(key, 0) & bit:
-                            d += 1
-                        else:
-                            break
+                h = _run_end(keys, g, host, bit)
+                d = _run_end(keys, h, disk, bit)
                 if d > g:
                     credited[wid] = g + self.host_weight * (h - g) + self.disk_weight * (d - h)
         full = isl // bs
