@@ -487,7 +487,7 @@ class Simulation:
     def check_invariants(self) -> None:
         """Assert conservation now.
 
-        Requests: arrived = in the router queue + in worker inboxes (or taken from one during a
+        Requests: arrived = in the frontend's delay + in the router queue + in worker inboxes (or taken from one during a
         fast-forwarded run, not yet accepted) + waiting + running + on the handoff link + in the
         handoff queue + ended. KV, per worker: free anonymous +
         free cached + in use = ``num_gpu_blocks``, and no block both free and in use; a host KV
@@ -499,7 +499,8 @@ class Simulation:
             InvariantError: naming the rule, the numbers and the time.
         """
         now = self.env.now
-        where = {"router queue": len(self.router_queue.items) + len(self.router.held) + len(self.router.incoming),
+        where = {"frontend": self.source.in_frontend,
+                 "router queue": len(self.router_queue.items) + len(self.router.held) + len(self.router.incoming),
                  "inboxes": 0, "waiting": 0,
                  "running": 0, "on the link": self.link.in_flight if self.link else 0,
                  "handoff queue": (len(self.link.handoff_queue.items) + len(self.router.held_handoffs)

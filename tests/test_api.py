@@ -108,13 +108,19 @@ def test_sweep_runs_every_combination_in_parallel_with_the_same_results(tmp_path
     assert table.loc[1, "error"] == ("pools.aggregated.enable_prefix_caching: expected true or false, got 'maybe' "
                                      "@ $.pools.aggregated.enable_prefix_caching")
     assert (tmp_path / "mixed" / "pareto.png").exists()
-    # an error the file is blamed for names it as the user gave it (here: relative)
+    # an error the file is blamed for names it as the user gave it (here: relative); one the
+    # grid's value caused names the grid's field (the file's sglang settings with backend vllm)
     (tmp_path / "sg.yaml").write_text("workload: {kind: synthetic, num_requests: 30}\n"
                                       "pools: {aggregated: {backend: sglang, sglang: {schedule_policy: lpm}}}\n")
     monkeypatch.chdir(tmp_path)
     assert main(["sweep", "sg.yaml", "--grid", "pools.aggregated.backend=sglang,vllm", "--out", "sg", "--jobs", "1"]) == 1
     assert pd.read_csv(tmp_path / "sg" / "sweep.csv").loc[1, "error"] == (
-        "sg.yaml: 'sglang' settings apply only to backend: sglang @ $.pools.aggregated")
+        "pools.aggregated.backend: 'sglang' settings apply only to backend: sglang @ $.pools.aggregated")
+    (tmp_path / "sg2.yaml").write_text("workload: {kind: synthetic, num_requests: 30}\n"
+                                       "pools: {aggregated: {backend: sglang, max_num_seqs: 0}}\n")
+    assert main(["sweep", "sg2.yaml", "--grid", "pools.aggregated.workers=1,2", "--out", "sg2", "--jobs", "1"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "sg2.yaml: 'max_num_seqs' must be > 0: 0 @ $.pools.aggregated.max_num_seqs")
 
 
 def test_sweep_of_12_points_is_identical_on_local_processes_and_a_dask_cluster(tmp_path):
@@ -182,3 +188,22 @@ def test_a_set_that_changes_a_sections_kind_says_to_replace_the_section(capsys):
     assert main([str(REPO / "scenarios" / "roofline.yaml"), "--set", "latency.kind=polynomial"]) == 2
     assert capsys.readouterr().err.strip().endswith(
         "(the section keeps its other fields; replace it whole: --set 'latency={kind: polynomial}') @ $.latency")
+
+
+@pytest.mark.parametrize("overrides, expected", [
+    # a mapping the --set made: a problem inside it is the --set's
+    (["pools.aggregated.kv_offload.storage.scope=pool"],
+     "--set pools.aggregated.kv_offload.storage.scope: required field missing @ $.pools.aggregated.kv_offload.storage.blocks"),
+    # a rule of the pool that names, as 'backend: ...', the field the --set changed
+    (["pools.aggregated.backend=sglang"],
+     "--set pools.aggregated.backend: 'kv_offload' is modelled for backend: vllm only (vLLM's OffloadingConnector), "
+     "not sglang yet @ $.pools.aggregated"),
+])
+def test_a_set_error_names_the_set_that_made_it_not_the_file(capsys, overrides, expected):
+    from simkit.cli import main
+
+    args = [str(REPO / "scenarios" / "kv_offload.yaml")]
+    for o in overrides:
+        args += ["--set", o]
+    assert main(args) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith(expected)

@@ -150,3 +150,11 @@ def test_run_where_nothing_completes_still_plots_without_warnings(tmp_path):
     assert summary["requests"]["rejected"] == 60 and summary["ttft_ms"] is None
     assert (out / "latency_cdf.png").exists()
     assert oct(os.stat(out).st_mode & 0o777) != oct(0o700)
+
+
+def test_the_latency_table_keeps_its_columns_apart_for_huge_values():
+    # a cell is 2 decimals while they fit in 10 characters, else 4 significant digits
+    # (found by a newcomer: a run throttled to 1e-9 GB/s printed p50, p90 and p99 run together)
+    from simkit.output.report import _cell
+    assert [_cell(v) for v in (12.3456, 9999999.99, 100501969110.52, 1e9)] == [
+        "      12.35", " 9999999.99", "  1.005e+11", "      1e+09"]

@@ -65,10 +65,16 @@ def cases(draw):
     speculative = draw_speculative(draw, backend)
     prompt_pool = dict(pool)
     if backend == "vllm" and pool.get("enable_prefix_caching", True) and draw(st.booleans()):
-        # a host KV tier on the pool that computes prompts (its workers step; the others run fast)
+        # a host KV tier on the pool that computes prompts (its decode runs fast-forward while
+        # no copy to the host is under way or owed), and a storage tier behind it at times
         prompt_pool["kv_offload"] = {"host_blocks": draw(st.sampled_from([4, 400])),
                                      "d2h_gb_per_s": draw(st.sampled_from([0.05, 32.0])),
                                      "h2d_gb_per_s": draw(st.sampled_from([0.05, 32.0]))}
+        if draw(st.booleans()):
+            prompt_pool["kv_offload"]["storage"] = {"blocks": draw(st.sampled_from([4, 1000])),
+                                                    "write_gb_per_s": draw(st.sampled_from([0.05, 10.0])),
+                                                    "scope": draw(st.sampled_from(["worker", "pool"])),
+                                                    "kv_events": draw(st.booleans())}
     if draw(st.booleans()):
         data["pools"] = {"aggregated": dict(prompt_pool, speculative=speculative)}
     else:

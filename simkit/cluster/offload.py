@@ -145,9 +145,13 @@ class OffloadCopies:
             self._staged(job)
 
     def storage_used(self) -> Optional[int]:
-        """Blocks its storage tier holds or is writing, or None without one."""
+        """Blocks its own storage tier holds or is writing; None without one or with a tier the
+        pool shares (the other workers change it between this one's pass ends, which a
+        fast-forwarded run does not see)."""
         storage = self.host.storage
-        return None if storage is None else len(storage.resident) + len(storage.pending)
+        if storage is None or self.storage_spec.scope == "pool":
+            return None
+        return len(storage.resident) + len(storage.pending)
 
     def problem(self) -> Optional[str]:
         """What breaks conservation in its tiers now, or None: the host tier holds (resident +

@@ -49,6 +49,8 @@ class Source:
         #: the frontend's time between a request's release (the client's send) and the router
         #: (set by the simulation from its latency model, as are the two below)
         self.frontend_s = 0.0
+        #: requests released (arrived) but still in the frontend's delay, not yet at the router
+        self.in_frontend = 0
         #: plus, per request, a client delay drawn uniformly from [0, ``jitter_s``) by request id
         #: (its own stream ``{seed}/frontend/{rid}``: the same whatever the release order)
         self.jitter_s = 0.0
@@ -121,9 +123,15 @@ class Source:
             delay += random.Random(f"{self.seed}/frontend/{request.rid}").random() * self.jitter_s
             self.probe.frontend(request.rid, delay)
         if delay:
-            self.env.timeout(delay).callbacks.append(lambda _ev: self.router_queue.put(request))
+            self.in_frontend += 1
+            self.env.timeout(delay).callbacks.append(lambda _ev: self._to_router(request))
         else:
             self.router_queue.put(request)
+
+    def _to_router(self, request: Request) -> None:
+        """The frontend's delay of ``request`` is over: it reaches the router's queue."""
+        self.in_frontend -= 1
+        self.router_queue.put(request)
 
     def run(self):
         """Yields: one timeout per distinct release time of requests without dependencies

@@ -152,9 +152,10 @@ class Worker:
             self.sched.offload = self.offload.host
             self.sched.kv.on_event = self._kv_event  # its evictions fence passes (stores under way)
         #: run repeated pure-decode passes as one timeout (exactly equal results; see serve).
-        #: Not with host offload: any pass may allocate over blocks a store still reads, and
-        #: wait for it, so its workers step pass by pass
-        self.fast_forward = fast_forward and role != "prefill" and self.offload is None
+        #: With host offload only while no copy to the host is under way or owed (a pass may
+        #: allocate over blocks a store still reads, and wait for it; an owed store is retried
+        #: at each pass end): :meth:`_offload_quiet`
+        self.fast_forward = fast_forward and role != "prefill"
         self.horizon = horizon  #: the run's time cap: fast-forwarded runs never cross it
         #: with a planner: an object whose ``next_at`` is the planner's next tick, which
         #: fast-forwarded runs never cross either (so the planner sees what per-pass stepping shows)
@@ -254,6 +255,13 @@ class Worker:
     def start(self) -> simpy.Process:
         return self.env.process(self.serve())
 
+    def _offload_quiet(self) -> bool:
+        """Host offload: no store or stage is under way and none is owed, so the passes of a
+        decode run touch no block a copy reads, and its tiers stay as they are (a write ending
+        meanwhile messages the worker, which cuts the run)."""
+        host = self.offload.host
+        return not host.live_stores and not host.retry
+
     def _log_run(self, run: DecodeRun, n: int) -> None:
         """Pass records of the first ``n`` passes of fast-forwarded ``run``, equal to those
         pass-by-pass stepping makes: pass i's KV is what its own allocation would hold (blocks for
@@ -261,11 +269,13 @@ class Worker:
         batch = run.batch
         n_req, ctx = batch.decode_requests, batch.decode_context_tokens
         prev = run.start
+        offload = self.offload  # (its tiers hold still during a run: _offload_quiet)
+        tiers = () if offload is None else (offload.host.tier.used, offload.storage_used())
         plan = batch.verify_run
         if plan is not None:  # verify rounds: the plan's contexts and blocks
             for i, end in enumerate(run.ends[:n]):
                 self.pass_log.append(PassRecord(self.pool, self.wid, prev, end, 0, n_req, plan.ctxs[i],
-                                                plan.used[i], 0, 0))
+                                                plan.used[i], 0, 0, *tiers))
                 prev = end
             return
         bs = self.sched.block_size
@@ -274,7 +284,7 @@ class Worker:
         for i, end in enumerate(run.ends[:n]):
             used = run.used0 + sum(max(0, -(-(c + i + 1 + slot) // bs) - b) for c, b in zip(run.computed0, first))
             self.pass_log.append(PassRecord(self.pool, self.wid, prev, end, 0, n_req, ctx + i * n_req, used,
-                                            0, 0))
+                                            0, 0, *tiers))
             prev = end
 
     def settle(self, boundary: bool = False) -> None:
@@ -332,6 +342,8 @@ class Worker:
         if st is not None and st.rounds:
             self.probe.speculated(seq.rid, st.rounds, st.accepted, st.tokens, st.by_position, st.tried)
         self.probe.finished(seq.rid, at, COMPLETED)
+        if self.offload is not None:  # (also at the end of a fast-forwarded run)
+            self.offload.host.forget(seq.rid)
 
     # ------------------------------------------------------------------ read-only snapshot
     # (what routing policies may read; see simkit.cluster.router.Routable)
@@ -592,7 +604,8 @@ class Worker:
                 dt = pass_time_s(prefill_tokens, batch.decode_requests, batch.decode_context_tokens)
             self.in_pass = True
             deferring = self.async_scheduling
-            if self.fast_forward and not pending_reserve and not self.deferred:
+            if self.fast_forward and not pending_reserve and not self.deferred and (
+                    offload is None or self._offload_quiet()):
                 k = sched.decode_run_length(batch)
                 plan = (sched.verify_run(batch, self.pass_log is not None)
                         if k == 1 and sched.speculative is not None and not self.kv_watched else None)

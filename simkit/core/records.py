@@ -141,8 +141,8 @@ class PassRecord:
     ``kv_blocks`` is the worker's KV blocks in use during the pass (after its allocations);
     ``preempted`` and ``admitted`` count requests preempted and newly admitted at its start;
     ``host_blocks`` the blocks its host KV tier holds or is storing then (None without one);
-    ``storage_blocks`` those its storage tier holds or is writing (a pool's shared tier: the
-    pool's; None without one).
+    ``storage_blocks`` those its storage tier holds or is writing (None without one, or with
+    a tier the pool shares).
     """
 
     pool: str

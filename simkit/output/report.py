@@ -415,6 +415,13 @@ def _worker_summary(records: RunRecords) -> dict:
     return out
 
 
+def _cell(value: float) -> str:
+    """One cell of the latency table, 11 characters with a space before: 2 decimals, or 4
+    significant digits in scientific notation when those would not fit (1e8 ms and more)."""
+    text = f"{value:.2f}"
+    return f"{text:>11}" if len(text) <= 10 else f"{value:11.4g}"
+
+
 def render_text(summary: dict[str, Any], title: str = "") -> str:
     """A terminal table of the summary."""
     lines = []
@@ -435,7 +442,7 @@ def render_text(summary: dict[str, Any], title: str = "") -> str:
         if st is None:
             lines.append(f"{label:15}{'-':>11}{'-':>11}{'-':>11}{'-':>11}")
         else:
-            lines.append(f"{label:15}" + "".join(f"{st[k]:11.2f}" for k in ("mean", "p50", "p90", "p99")))
+            lines.append(f"{label:15}" + "".join(_cell(st[k]) for k in ("mean", "p50", "p90", "p99")))
     tp = summary["throughput"]
     if tp["requests_per_s"] is not None:
         lines.append(f"throughput: {tp['requests_per_s']:.3f} req/s, "
@@ -452,8 +459,10 @@ def render_text(summary: dict[str, Any], title: str = "") -> str:
                      f"rounds; acceptance by draft position {rates}")
     off = summary.get("kv_offload")
     if off is not None:
+        storage = (f" ({off['storage_hit_ratio']:.3f} of it staged from storage)"
+                   if "storage_hit_ratio" in off else "")
         lines.append(f"host KV tier: prompt tokens hit {off['gpu_hit_ratio']:.3f} on GPU, {off['host_hit_ratio']:.3f} "
-                     f"restored from host; {off['stored_blocks']} blocks stored ({off['d2h_gb']:.3f} GB), "
+                     f"restored from host{storage}; {off['stored_blocks']} blocks stored ({off['d2h_gb']:.3f} GB), "
                      f"{off['restored_blocks']} restored ({off['h2d_gb']:.3f} GB)")
     sat = summary.get("saturation")
     if sat is not None and sat["overloaded"]:

@@ -108,7 +108,10 @@ def yaml_load(text: str, source: str = "<yaml>") -> Any:
 # ----------------------------------------------------------------------------- loading
 
 
-def _set_dotted(data: dict, dotted: str, value: Any, source: str) -> None:
+def _set_dotted(data: dict, dotted: str, value: Any, source: str, created: Optional[dict] = None) -> None:
+    """Set ``data`` at ``dotted`` to ``value``, making the mappings on the way that are missing
+    (each recorded in ``created``, ``"$.path" -> dotted``, when given: a problem found inside
+    one is the override's, not the file's)."""
     keys = dotted.split(".")
     if not all(keys):
         raise ConfigError([f"{source}: bad key {dotted!r}: expected a dotted path like pools.decode.workers"])
@@ -117,6 +120,8 @@ def _set_dotted(data: dict, dotted: str, value: Any, source: str) -> None:
         child = node.get(key)
         if child is None:
             child = node[key] = {}
+            if created is not None:
+                created.setdefault("$." + ".".join(keys[: i + 1]), dotted)
         if not isinstance(child, dict):
             path = ".".join(keys[: i + 1])
             raise ConfigError([f"{source}: cannot set {dotted!r}: {path} is {child!r}, not a mapping"])
@@ -202,8 +207,9 @@ def load_scenario(path: str, overrides: Optional[list[tuple[str, Any]]] = None, 
     except ValueError as exc:
         raise ConfigError([f"{path}: {exc} @ $"]) from None
     base_dir = os.path.dirname(os.path.abspath(path))
+    created: dict = {}  #: mappings the overrides made -> the override that made each
     for key, value in overrides or []:
-        _set_dotted(data, key, value, source=f"--set {key}")
+        _set_dotted(data, key, value, source=f"--set {key}", created=created)
     # the overrides' paths against the current folder (scenario_from_dict does it again: the
     # file's are absolute by now); then a policy switched to ``kind: python`` by --set imports
     # from the scenario's folder
@@ -212,12 +218,17 @@ def load_scenario(path: str, overrides: Optional[list[tuple[str, Any]]] = None, 
     try:
         return scenario_from_dict(data, source=path, resolve=resolve)
     except ConfigError as exc:
-        raise ConfigError([_blame_override(m, path, overrides or []) for m in exc.messages]) from None
+        raise ConfigError([_blame_override(m, path, overrides or [], created) for m in exc.messages]) from None
 
 
-def _blame_override(message: str, path: str, overrides: list[tuple[str, Any]]) -> str:
-    """Name the ``--set`` that introduced the bad value instead of the file, when one did."""
+def _blame_override(message: str, path: str, overrides: list[tuple[str, Any]],
+                    created: Optional[dict] = None) -> str:
+    """Name the ``--set`` that introduced the bad value instead of the file, when one did
+    (``created``: the mappings the overrides made, each the problem of the one that made it)."""
     where = message.rpartition(" @ ")[2]
+    for made, key in (created or {}).items():
+        if where == made or where.startswith(made + "."):
+            return f"--set {key}" + message[len(path):]
     for key, value in reversed(overrides):
         target = "$." + key
         if target == where + ".kind" and "unknown field(s)" in message:
@@ -234,7 +245,7 @@ def _blame_override(message: str, path: str, overrides: list[tuple[str, Any]]) -
             if "unknown field(s)" in message:
                 if below in text.partition("unknown field(s) ")[2].split(", "):
                     return f"--set {key}" + message[len(path):]
-            elif (f"'{below}'" in text or f"'{below}." in text or f" {below} (" in text
+            elif (f"'{below}'" in text or f"'{below}." in text or f" {below} (" in text or f" {below}:" in text
                   or " expected " in f" {text.split(': ', 1)[-1]}"):
                 # a rule of the mapping that names the field the override set ("'trtllm'
                 # settings apply only to ...", "'sglang.enable_mixed_chunk' needs ...", "need

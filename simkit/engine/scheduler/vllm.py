@@ -275,16 +275,13 @@ class VllmScheduler(Scheduler):
         # the host look-up continues the GPU prefix as the GPU holds it, all of its blocks (the
         # reference's: a prompt whose every block is in the GPU cache looks nothing up, though it
         # reuses them but the last; measured), the restore the GPU hit vLLM reuses
-        full, _ = kv.match(prompt_keys, len(prompt_keys))
+        full, full_in_lru = kv.match(prompt_keys, len(prompt_keys))
         found = offload.lookup(rid, prompt_keys, full)
-        hits, in_lru = kv.match(keys, min((seq.prefill_target - 1) // bs, full))
-        if hits and self.drop_last_hit:
-            hits, in_lru = kv.match(keys, hits - 1)
         if found == DEFERRED:
             return _SKIP
         if not found:
             return None
-        if found > kv.free_blocks - in_lru:
+        if found > kv.free_blocks - full_in_lru:  # (the restore holds its whole GPU prefix)
             return _STOP
         fence, offload.fence = offload.fence, set()  # this pass's fences; the restore's own apart
         if full:
