@@ -240,3 +240,21 @@ def test_trtllm_a_fully_cached_prompt_joins_a_pass_whose_budget_is_spent_after_t
     first_pass = P(256) + D(64, C)
     assert ms(recs[2].ttft_s) == pytest.approx(first_pass, abs=1e-6)
     assert ms(recs[3].ttft_s) > first_pass + 1.0  # the next pass
+
+
+def test_trtllm_a_fully_cached_prompt_set_aside_keeps_its_seat_in_its_turn():
+    """Aggregated TRT-LLM, max_num_seqs 2, one request decoding: at 100 ms a cached 48-token
+    prompt A and a new 64-token prompt B arrive, A first. One seat is left, and A takes it in
+    its turn though its one-token step is placed after the prompts that compute: admitted at the
+    pass boundary after 100 ms, first token one decode pass later; B gets the seat A frees.
+    (Measured on the reference 1.6.1: A admitted at 104.529726 ms, first token 110.296092; B
+    admitted at 110.296092, first token 133.527663. Before, A was set aside without its seat and
+    B took it: B's first token came first.)"""
+    recs = run([_req(0, 0, 64, 200, [1, 2, 3, 4], 16), _req(1, 0, 48, 1, [10, 11, 12], 16),
+                _req(2, 100, 48, 1, [10, 11, 12], 16), _req(3, 100, 64, 1, [20, 21, 22, 23], 16)],
+               backend="trtllm", block_size=16, num_gpu_blocks=16384, max_num_seqs=2).requests
+    a, b = recs[2], recs[3]
+    assert ms(a.first_admitted_at) == pytest.approx(104.529726, abs=1e-5)
+    assert ms(a.first_token_at) == pytest.approx(110.296092, abs=1e-5)
+    assert ms(b.first_admitted_at) == pytest.approx(ms(a.first_token_at), abs=1e-9)
+    assert ms(b.first_token_at) == pytest.approx(133.527663, abs=1e-5)

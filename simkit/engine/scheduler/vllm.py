@@ -216,13 +216,14 @@ class VllmScheduler(Scheduler):
         such prompt joins a full pass (the reference's trtllm core, measured: a cached prompt
         ahead of a 352-token one leaves it a 256-token chunk of a 256-token budget; of two
         cached prompts beside a chunk that spends it, one joins; a prefill worker hands its
-        prompts over in their order)."""
+        prompts over in their order). A prompt set aside keeps its seat, taken in its turn
+        (measured: with one seat left, a cached prompt ahead of one that computes takes it)."""
         waiting = self.waiting
         later: list = []  # fully cached prompts set aside (TRT-LLM)
         skipped: list = []  # host offload: restoring, or waiting for a store (vLLM skips them)
         offload = self.offload
         in_order = self.role == "prefill"  # there they cost no pass time: taken in their turn
-        while waiting and len(self.running) < self.max_num_seqs:
+        while waiting and len(self.running) + len(later) < self.max_num_seqs:
             seq = waiting[0]
             if only_transferred and not seq.transferred:
                 break
