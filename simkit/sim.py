@@ -233,9 +233,10 @@ class Simulation:
         #: on the reference: a decode worker that takes a prompt's KV in at the instant its
         #: prefill ends frees the prefill side before that worker forms its next pass)
         order = {"decode": 0, "aggregated": 1, "prefill": 1}
-        #: pool -> its storage tier (kv_offload.storage.scope: pool); (pool, way) -> the share
-        #: of its host copies that way under a pool-wide cap (kv_offload.shared_d2h_gb_per_s)
-        shared_storage: dict = {}
+        #: what a pool's workers share, set by its first worker: pool -> its storage tier
+        #: (kv_offload.storage.scope: pool); (pool, "stores" | "loads") -> the bandwidth of its
+        #: host copies that way under a pool-wide cap (kv_offload.shared_d2h_gb_per_s, ...)
+        pool_shared: dict = {}
         for name, pool_spec in scenario.pools.named():
             index = order[name]
             latency = latencies[name] = make_latency_model(pool_spec.latency or scenario.latency,
@@ -249,13 +250,13 @@ class Simulation:
                                 horizon=self.time_limit, record_passes=record_passes, seed=scenario.seed)
                 storage = pool_spec.kv_offload.storage if pool_spec.kv_offload is not None else None
                 if pool_spec.kv_offload is not None:  # pool-wide caps on host copies: one share each way
-                    for way in ("stores", "loads"):
-                        if getattr(worker.offload, way).share.total_bytes_per_s is not None:
-                            getattr(worker.offload, way).share = shared_storage.setdefault(
-                                (name, way), getattr(worker.offload, way).share)
+                    for copies in (worker.offload.stores, worker.offload.loads):
+                        if copies.share.total_bytes_per_s is not None:
+                            way = "stores" if copies is worker.offload.stores else "loads"
+                            copies.share = pool_shared.setdefault((name, way), copies.share)
                 if storage is not None and storage.scope == "pool":  # one storage tier, all its workers
                     own = worker.offload.host.storage
-                    shared = worker.offload.host.storage = shared_storage.setdefault(name, own)
+                    shared = worker.offload.host.storage = pool_shared.setdefault(name, own)
                     if shared is not own:
                         shared.inboxes.extend(own.inboxes)
                 if entry:

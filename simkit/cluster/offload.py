@@ -3,12 +3,12 @@
 One :class:`OffloadCopies` per worker with ``kv_offload``: first-in-first-out queues of
 copies, GPU -> host (stores) and host -> GPU (restores), each moving one copy at a time at its
 rate (``d2h_gb_per_s``, ``h2d_gb_per_s``; measured on the reference: two stores submitted
-together end one after the other), through a :class:`~simkit.cluster.transfer.FairShare`; and
-with a storage tier, storage -> host (stages) and host -> storage (writes), each after the
-storage's ``first_byte_latency_ms``, then under way together, sharing the worker's
-``read_gb_per_s`` or ``write_gb_per_s`` equally (and with ``scope: pool`` capped by an equal
-share of the pool's ``shared_read_gb_per_s`` or ``shared_write_gb_per_s``: a
-:class:`~simkit.cluster.transfer.CappedShare`). A restore starts after the stores still reading
+together end one after the other), under an optional pool-wide cap; and with a storage tier,
+storage -> host (stages) and host -> storage (writes), each after the storage's
+``first_byte_latency_ms``, then under way together, sharing the worker's ``read_gb_per_s`` or
+``write_gb_per_s`` equally (and with ``scope: pool`` capped by an equal share of the pool's
+``shared_read_gb_per_s`` or ``shared_write_gb_per_s``). Every copy moves through a
+:class:`~simkit.cluster.transfer.CappedShare`. A restore starts after the stores still reading
 the GPU blocks it was given. When a copy ends the host tier learns it at once, and the worker
 hears of it through its inbox (:class:`~simkit.cluster.messages.Restored`,
 :class:`~simkit.cluster.messages.Stored`), so a waiting request can go at the worker's next

@@ -667,7 +667,7 @@ class Worker:
         host_tokens = cached - min(gpu_tokens, cached)
         host.storage_hit_tokens += min(host.restored_from_storage.pop(rid, 0) * bs, host_tokens)
         self.probe.restored(rid, host_tokens, ended - asked)
-        host.admitted(rid, cached // self.sched.block_size)
+        host.admitted(rid, cached // bs)
 
     def _store_computed(self, batch, finished, prefilled) -> None:
         """Host offload, at a pass end: store the full prompt blocks the pass computed."""
@@ -678,9 +678,7 @@ class Worker:
             if (is_prefill or seq.rid in retry) and seq.keys:
                 host.computed(seq.rid, seq.keys, min(seq.computed, seq.prompt_len) // bs)
         host.fenced.clear()
-        for seq in finished:
-            host.forget(seq.rid)
-        for seq in prefilled:
+        for seq in prefilled:  # (a finished one is forgotten as it completes: _completed)
             host.forget(seq.rid)
 
     def _decode_run(self, batch, k: int, plan=None):
