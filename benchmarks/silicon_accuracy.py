@@ -29,13 +29,14 @@ from __future__ import annotations
 import argparse
 import sys
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from silicon_rows import (SILICON_MODELS, calibration_row, concurrency, find_silicon, harness_for,  # noqa: E402
-                          load_rows, precision, simulate_row, skip_reason, ttft_band)
+                          load_rows, precision, simulate_row, skip_reason, speculative_for, ttft_band)
 
 from simkit.spec import ConfigError  # noqa: E402
 from simkit.engine.hardware import load_model  # noqa: E402
@@ -56,6 +57,12 @@ def main() -> None:
                     help="aic: aiconfigurator-core's measured database (pip install 'simkit[aic]')")
     ap.add_argument("--calibration-rows", action="store_true",
                     help="score the calibration rows instead (to choose settings without the scored rows)")
+    ap.add_argument("--speculative", choices=("auto", "off"), default="auto",
+                    help="auto: the rows whose server ran MTP (silicon_rows.speculative_for) are simulated with "
+                         "it; off: without (to measure what it changes)")
+    ap.add_argument("--only-speculative", action="store_true", help="only the rows whose server ran MTP")
+    ap.add_argument("--mtp-acceptance", type=float, default=None, metavar="A",
+                    help="the MTP rows' conditional acceptance per draft (default silicon_rows.MTP_ACCEPTANCE)")
     ap.add_argument("--band", action="store_true",
                     help="also simulate each row with its users desynchronized: the TTFT band [desynchronized, "
                          "lockstep] and whether the measurement lies in it")
@@ -75,6 +82,8 @@ def main() -> None:
         if (systems and row["system"] not in systems) or (backends and row["backend"] not in backends) or (
                 modes and row["mode"] not in modes) or (models and model not in models):
             continue
+        if args.only_speculative and not speculative_for(row):
+            continue
         reason = skip_reason(row)
         if reason:
             skipped[reason] += 1
@@ -85,8 +94,12 @@ def main() -> None:
             continue
         if args.limit is not None and len(out) >= args.limit:
             break
+        harness = harness_for(row)
+        if harness.speculative:
+            spec = None if args.speculative == "off" else speculative_for(row, args.mtp_acceptance)
+            harness = replace(harness, speculative=spec)
         try:
-            ttft, tpot = simulate_row(row, conc, None, args.latency_model)
+            ttft, tpot = simulate_row(row, conc, None, args.latency_model, harness)
         except ConfigError as exc:
             skipped["does not fit: " + exc.messages[0].split(": ", 1)[1].split(" at TP")[0]] += 1
             continue
@@ -95,11 +108,12 @@ def main() -> None:
                 raise
             skipped[f"aic: {type(exc).__name__}: {str(exc)[:80]}"] += 1
             continue
-        band = ttft_band(row, conc, None, args.latency_model) if args.band else (None, None)
+        band = ttft_band(row, conc, None, args.latency_model, harness) if args.band else (None, None)
         e_ttft = abs(ttft / row["silicon_ttft_ms"] - 1)
         e_tpot = abs(tpot / row["silicon_tpot_ms"] - 1)
         out.append({"system": row["system"], "model": model, "backend": row["backend"], "mode": row["mode"],
-                    "harness": harness_for(row).name,
+                    "harness": harness.name,
+                    "speculative": (harness.speculative or {}).get("num_speculative_tokens", 0),
                     "precision": precision(row), "ape_ttft": e_ttft, "ape_tpot": e_tpot,
                     "id": row["id"], "isl": row["isl"], "osl": row["osl"], "concurrency": conc,
                     "ttft_ms": ttft, "silicon_ttft_ms": row["silicon_ttft_ms"],
@@ -154,6 +168,8 @@ def print_targets(res: pd.DataFrame) -> None:
     line("  Blackwell dense (every harness)", dense[dense.system.isin(BLACKWELL)], 15, 10)
     line("  H100/H200 dense (every harness)", dense[dense.system.isin(("h100_sxm", "h200_sxm"))], 25, 8)
     line("  MoE (reported, not tuned for)", res[~res.dense])
+    if "speculative" in res and (res.speculative > 0).any():
+        line("  rows whose server ran MTP (speculative decoding)", res[res.speculative > 0])
 
 
 if __name__ == "__main__":

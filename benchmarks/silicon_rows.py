@@ -173,6 +173,9 @@ class Harness:
     #: the users desynchronized: staggered over one cycle (``stagger_s`` = a lockstep run's
     #: mean E2E), where the family's calibration rows say so (:data:`DESYNCHRONIZED`)
     desync: bool = False
+    #: the server's speculative decoding (a pool's ``speculative`` mapping), None: off
+    #: (:func:`speculative_for`)
+    speculative: Optional[dict] = None
 
 
 def _inferencemax_engine(row) -> tuple[dict, Optional[str]]:
@@ -205,6 +208,39 @@ def _inferencemax_engine(row) -> tuple[dict, Optional[str]]:
     return {}, None
 
 
+#: The InferenceMAX image that only its DeepSeek-R1 MTP configurations ran: in its
+#: ``.github/configs/nvidia-master.yaml`` from February to April 2026 (the rows' measurement
+#: dates), ``dsr1-fp4-b200-trt-mtp`` and ``dsr1-fp8-b200-trt-mtp`` use
+#: ``nvcr.io#nvidia/tensorrt-llm/release:1.2.0rc6.post3`` and the plain ``dsr1-fp*-b200-trt``
+#: ``rc6.post2``. Elsewhere (SGLang on B200, TRT-LLM on H200) the MTP and plain configurations
+#: share an image, so no field of the CSV tells their rows apart and they stay unmodelled.
+MTP_IMAGE = "tensorrt-llm/release:1.2.0rc6.post3"
+
+#: Conditional acceptance of each MTP draft on InferenceMAX's random-token prompts, the same
+#: at every position. Not published; chosen on the calibration rows only (the TPOT MAPE of
+#: the MTP rows among them, ``python benchmarks/silicon_accuracy.py --calibration-rows
+#: --models DeepSeek-V3 --backends trtllm --systems b200_sxm --mtp-acceptance A`` for A in
+#: 0.3 ... 0.9; see README "Real hardware").
+MTP_ACCEPTANCE = 0.7
+
+
+def speculative_for(row, acceptance: Optional[float] = None) -> Optional[dict]:
+    """The speculative decoding a row's server ran, as a pool's ``speculative`` mapping, or
+    None. Only InferenceMAX's B200 TRT-LLM DeepSeek-R1 MTP rows are told apart
+    (:data:`MTP_IMAGE`); their scripts (``benchmarks/single_node/dsr1_fp{4,8}_b200_trt_mtp.sh``)
+    set ``speculative_config: decoding_type: MTP, num_nextn_predict_layers: 3``, or 1 with
+    attention DP. ``acceptance`` overrides :data:`MTP_ACCEPTANCE`; the expected-value mode
+    (no sampling noise in a mean over the row's requests)."""
+    source = str(row["silicon_data_source"]).replace("#", "/")
+    if row["system"] != "b200_sxm" or row["backend"] != "trtllm" or MTP_IMAGE not in source:
+        return None
+    if SILICON_MODELS.get(row["model_path"]) != "DeepSeek-V3":
+        return None
+    k = 1 if max(1, row["attention_dp_size"]) > 1 else 3
+    a = MTP_ACCEPTANCE if acceptance is None else acceptance
+    return {"method": "mtp", "num_speculative_tokens": k, "acceptance_rates": [a] * k, "sampling": "expected"}
+
+
 #: (system, backend) of NVIDIA's gap-analysis rows whose calibration rows the desynchronized
 #: client fits better than the lockstep one (TTFT MAPE on their dense calibration rows,
 #: ``python benchmarks/silicon_accuracy.py --calibration-rows --band --models
@@ -223,7 +259,7 @@ def harness_for(row) -> Harness:
         return Harness("nvidia", engine=overlap, desync=(row["system"], row["backend"]) in DESYNCHRONIZED)
     engine, kv = _inferencemax_engine(row)
     return Harness("inferencemax", range_ratio=0.8, prompts_per_user=10, score_first_wave=True,
-                   engine={**overlap, **engine}, kv_cache_dtype=kv)
+                   engine={**overlap, **engine}, kv_cache_dtype=kv, speculative=speculative_for(row))
 
 
 def scenario_for(row, conc: int, overheads: Optional[dict] = None, latency_model: str = "roofline",
@@ -257,6 +293,8 @@ def scenario_for(row, conc: int, overheads: Optional[dict] = None, latency_model
         # a missing batch size (some rows): the whole concurrency on one worker
         batch = row["batch_size"] * max(1, row["attention_dp_size"]) or conc
         pools = {"aggregated": {"workers": max(1, -(-conc // batch)), "max_num_seqs": batch, **engine}}
+        if harness.speculative:
+            pools["aggregated"]["speculative"] = dict(harness.speculative)
         if "max_num_seqs" in harness.engine:  # the server's own limit, on one worker
             pools["aggregated"]["workers"] = 1
         lat = latency(tp)
@@ -269,6 +307,8 @@ def scenario_for(row, conc: int, overheads: Optional[dict] = None, latency_model
         pools = {"prefill": {"workers": max(1, row["prefill_num_workers"]), **engine,
                              "latency": latency(ptp, "prefill_")},
                  "decode": {"workers": dworkers, "max_num_seqs": dbatch, **engine}}
+        if harness.speculative:
+            pools["decode"]["speculative"] = dict(harness.speculative)
     # the users are chains of prompts (client_requests): each sends its next when the last ends
     return {"name": row["id"], "latency": lat, "pools": pools,
             "workload": {"kind": "trace", "path": "silicon_sample.csv", "format": "csv"}}

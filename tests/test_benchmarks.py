@@ -68,6 +68,36 @@ def test_inferencemax_rows_get_its_client_and_server_settings():
     assert sr.harness_for(dict(_row("source_file=2026-04-06.csv", "vllm"), system="h100_sxm")).kv_cache_dtype == "auto"
 
 
+def test_inferencemax_mtp_rows_are_told_apart_by_their_image_and_run_its_drafts():
+    # InferenceMAX's nvidia-master.yaml (Feb-Apr 2026): dsr1-fp*-b200-trt-mtp ran
+    # tensorrt-llm/release:1.2.0rc6.post3, the plain dsr1-fp*-b200-trt rc6.post2; the MTP
+    # scripts set num_nextn_predict_layers 3, or 1 with attention DP
+    sr = _silicon_rows()
+    base = dict(_row("source_file=2026-04-06.csv", "trtllm", tp=8, conc=32), system="b200_sxm",
+                model_path="deepseek-ai/DeepSeek-R1", moe_ep_size=8, moe_tp_size=1,
+                id="deepseek_r1_b200_sxm_trtllm_fp8_agg_1024x1024_c32_tp8")
+    mtp = dict(base, silicon_data_source=base["silicon_data_source"]
+               + "; image=nvcr.io#nvidia/tensorrt-llm/release:1.2.0rc6.post3")
+    plain = dict(base, silicon_data_source=base["silicon_data_source"]
+                 + "; image=nvcr.io/nvidia/tensorrt-llm/release:1.2.0rc6.post2")
+    a = sr.MTP_ACCEPTANCE
+    assert sr.harness_for(mtp).speculative == {"method": "mtp", "num_speculative_tokens": 3,
+                                               "acceptance_rates": [a, a, a], "sampling": "expected"}
+    assert sr.speculative_for(dict(mtp, attention_dp_size=8))["num_speculative_tokens"] == 1
+    assert sr.harness_for(plain).speculative is None
+    # the same image on another GPU, engine or model is not an MTP configuration
+    assert sr.speculative_for(dict(mtp, system="h200_sxm")) is None
+    assert sr.speculative_for(dict(mtp, model_path="meta-llama/Llama-3.1-70B")) is None
+    assert sr.scenario_for(mtp, 32)["pools"]["aggregated"]["speculative"]["num_speculative_tokens"] == 3
+    assert "speculative" not in sr.scenario_for(plain, 32)["pools"]["aggregated"]
+    # the drafts pay on this weight-bound deployment: TPOT below the same server without them
+    h = sr.harness_for(mtp)
+    small = dict(mtp, isl=128, osl=64)
+    _, with_mtp = sr.simulate_row(small, 4, harness=sr.replace(h, prompts_per_user=2))
+    _, without = sr.simulate_row(small, 4, harness=sr.replace(h, prompts_per_user=2, speculative=None))
+    assert with_mtp < 0.8 * without  # 4.19 against 5.69 ms: 2.53 tokens a round at 0.7, minus the drafts
+
+
 def test_nvidia_gap_rows_keep_fixed_lengths_and_the_engine_defaults():
     sr = _silicon_rows()
     src = "source_file=/x/aic-auto-gap-analysis/data/h200_sxm/vllm/0.12.0/m.csv"
