@@ -26,6 +26,12 @@ alternatives and prints TTFT and TPOT MAPE per (system, model, backend) and over
 * ``*_thinkMS``: a client turnaround per prompt uniform in [0, MS) ms before it is sent
   (outside the measured TTFT), which breaks the lockstep too. Spreads are chosen on
   calibration rows.
+* ``desyncF``: every family's users spread over F of a cycle (user u starts u / C x F of a
+  lockstep run's mean E2E late; 0 lockstep, 1 the desynchronized client), instead of each
+  family's own choice (``silicon_rows.DESYNCHRONIZED``).
+* ``slots_c_minus_1`` (``_desync1``): the server holds C - 1 requests at once (one user more
+  than slots: the signature of TTFT growing by E2E / C with the output length, seen in the
+  H100 Llama-3.1-8B TRT-LLM rows), in lockstep (or desynchronized).
 
 Every dense row of that harness, on every GPU. The seeds are the scenario's, so results are
 deterministic.
@@ -60,8 +66,15 @@ def aic_rules(row) -> dict:
                        "enable_mixed_chunk": True}}
 
 
+def _one_slot_less(row) -> dict:
+    """The server's max batch one below the row's (its ``batch_size``, else the concurrency),
+    where one worker holds the whole concurrency (else the row's own settings)."""
+    batch, conc = int(row["batch_size"]) or concurrency(row), concurrency(row)
+    return {"max_num_seqs": max(1, conc - 1)} if row["mode"] == "agg" and batch >= conc else {}
+
+
 #: name -> (server settings of a row or None, prompts per user, whether the first wave is
-#: scored, frontend jitter in ms, client turnaround in ms)
+#: scored, frontend jitter in ms, client turnaround in ms[, desynchronized fraction of a cycle])
 VARIANTS = {
     "current": (None, 3, False, 0.0, 0.0),
     "genai_perf": (None, 12, False, 0.0, 0.0),  # (2 x C warm-up prompts, then 10 x C scored)
@@ -74,16 +87,20 @@ VARIANTS = {
     **{f"current_jitter{ms:g}": (None, 3, False, float(ms), 0.0) for ms in (2, 10, 50, 200)},
     **{f"current_think{ms:g}": (None, 3, False, 0.0, float(ms)) for ms in (10, 50, 200, 1000)},
     **{f"genai_perf_think{ms:g}": (None, 12, False, 0.0, float(ms)) for ms in (50, 200, 1000)},
+    **{f"desync{f:g}": (None, 3, False, 0.0, 0.0, f) for f in (0.0, 0.25, 0.5, 0.75, 1.0)},
+    "slots_c_minus_1": (_one_slot_less, 3, False, 0.0, 0.0, 0.0),
+    "slots_c_minus_1_desync1": (_one_slot_less, 3, False, 0.0, 0.0, 1.0),
 }
 
 
 def variant_harness(row, variant: str) -> Harness:
     """The row's harness under ``variant`` (see :data:`VARIANTS`)."""
-    engine_of, prompts, first_wave, jitter_ms, think_ms = VARIANTS[variant]
+    engine_of, prompts, first_wave, jitter_ms, think_ms, *desync = VARIANTS[variant]
     harness = harness_for(row)
     engine = {**harness.engine, **engine_of(row)} if engine_of is not None else harness.engine
-    return replace(harness, prompts_per_user=prompts, score_first_wave=first_wave, engine=engine,
-                   jitter_ms=jitter_ms, think_ms=think_ms)
+    harness = replace(harness, prompts_per_user=prompts, score_first_wave=first_wave, engine=engine,
+                      jitter_ms=jitter_ms, think_ms=think_ms)
+    return replace(harness, desync=desync[0]) if desync else harness
 
 
 def simulate_variant(row, variant: str) -> tuple[float, float]:

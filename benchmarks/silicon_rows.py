@@ -170,9 +170,11 @@ class Harness:
     think_ms: float = 0.0
     #: user u sends its first prompt ``u / C x stagger_s`` late (0: all together, a burst)
     stagger_s: float = 0.0
-    #: the users desynchronized: staggered over one cycle (``stagger_s`` = a lockstep run's
-    #: mean E2E), where the family's calibration rows say so (:data:`DESYNCHRONIZED`)
-    desync: bool = False
+    #: how far the users are desynchronized: user u starts ``u / C x desync`` of a cycle late
+    #: (a cycle: a lockstep run's mean E2E, so ``stagger_s`` = desync x that E2E); 0: lockstep,
+    #: 1: spread over a whole cycle. Per family, chosen on its calibration rows
+    #: (:data:`DESYNCHRONIZED`)
+    desync: float = 0.0
     #: the server's speculative decoding (a pool's ``speculative`` mapping), None: off
     #: (:func:`speculative_for`)
     speculative: Optional[dict] = None
@@ -243,11 +245,11 @@ def speculative_for(row, acceptance: Optional[float] = None) -> Optional[dict]:
 
 #: (system, backend) of NVIDIA's gap-analysis rows whose calibration rows the desynchronized
 #: client fits better than the lockstep one (TTFT MAPE on their dense calibration rows,
-#: ``python benchmarks/silicon_accuracy.py --calibration-rows --band --models
-#: Llama-3.1-8B,Llama-3.1-70B,Qwen3-32B --csv F``: H200 SGLang 13 rows, lockstep 190.2%,
-#: desynchronized 84.7%; H200 vLLM 6 rows, 166.2% against 25.2%; every other family is
-#: closer in lockstep, e.g. H100 TRT-LLM 29.0-30.3% against 77.6-78.2%)
-DESYNCHRONIZED = {("h200_sxm", "sglang"), ("h200_sxm", "vllm")}
+#: ``python benchmarks/silicon_harness_variants.py --variants desync0,desync0.25,desync0.5,desync0.75,desync1``:
+#: H200 SGLang 13 rows, 190.2 / 188.2 / 118.2 / 89.2 / 84.7% from lockstep to a whole cycle;
+#: H200 vLLM 6 rows, 166.2 / 129.9 / 66.3 / 55.2 / 25.2%; every other family is closest in
+#: lockstep, e.g. H100 TRT-LLM 29.7 / 42.5 / 61.6 / 73.4 / 77.9%), and how far (1: a cycle)
+DESYNCHRONIZED = {("h200_sxm", "sglang"): 1.0, ("h200_sxm", "vllm"): 1.0}
 
 
 def harness_for(row) -> Harness:
@@ -256,7 +258,7 @@ def harness_for(row) -> Harness:
     where the server was started with it."""
     overlap = {"async_scheduling": row["backend"] in ("sglang", "trtllm")}
     if "aic-auto-gap-analysis" in str(row["silicon_data_source"]):
-        return Harness("nvidia", engine=overlap, desync=(row["system"], row["backend"]) in DESYNCHRONIZED)
+        return Harness("nvidia", engine=overlap, desync=DESYNCHRONIZED.get((row["system"], row["backend"]), 0.0))
     engine, kv = _inferencemax_engine(row)
     return Harness("inferencemax", range_ratio=0.8, prompts_per_user=10, score_first_wave=True,
                    engine={**overlap, **engine}, kv_cache_dtype=kv, speculative=speculative_for(row))
@@ -361,10 +363,10 @@ def simulate_row(row, conc: int, overheads: Optional[dict] = None, latency_model
     """
     harness = harness or harness_for(row)
     scenario = scenario_from_dict(scenario_for(row, conc, overheads, latency_model, harness), source=row["id"])
-    records = simulate(scenario, client_requests(row, conc, replace(harness, desync=False)), record_token_times=False)
+    records = simulate(scenario, client_requests(row, conc, replace(harness, desync=0.0)), record_token_times=False)
     done = _scored(records, harness)
     if harness.desync:  # once more, the users staggered over the lockstep run's cycle
-        spread = replace(harness, desync=False, stagger_s=float(np.mean([r.e2e_s for r in done])))
+        spread = replace(harness, desync=0.0, stagger_s=harness.desync * float(np.mean([r.e2e_s for r in done])))
         records = simulate(scenario, client_requests(row, conc, spread), record_token_times=False)
         done = _scored(records, spread)
     ttft = np.mean([r.ttft_s for r in done]) * 1e3
@@ -380,7 +382,7 @@ def ttft_band(row, conc: int, overheads: Optional[dict] = None, latency_model: s
     given, without jitter). Desynchronized: user u starts u / C of a cycle late, a cycle being
     the lockstep run's mean E2E, so the users' prefills spread over it."""
     harness = harness or harness_for(row)
-    lock = replace(harness, jitter_ms=0.0, think_ms=0.0, stagger_s=0.0, desync=False)
+    lock = replace(harness, jitter_ms=0.0, think_ms=0.0, stagger_s=0.0, desync=0.0)
     scenario = scenario_from_dict(scenario_for(row, conc, overheads, latency_model, lock), source=row["id"])
     records = simulate(scenario, client_requests(row, conc, lock), record_token_times=False)
     done = _scored(records, lock)
