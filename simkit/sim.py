@@ -240,7 +240,8 @@ class Simulation:
         for name, pool_spec in scenario.pools.named():
             index = order[name]
             latency = latencies[name] = make_latency_model(pool_spec.latency or scenario.latency,
-                                                           pool_spec.num_gpu_blocks * pool_spec.block_size, pool_spec.speculative)
+                                                           pool_spec.num_gpu_blocks * pool_spec.block_size,
+                                                           pool_spec.speculative, pool_spec.async_scheduling)
             sink = self.link.send if name == "prefill" else None
 
             def make_worker(wid, name=name, pool_spec=pool_spec, latency=latency, sink=sink, entry=name == entry_name):

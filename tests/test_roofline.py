@@ -237,6 +237,46 @@ def test_overrides_and_backend_overheads():
         assert m.cal.comm_eff == base.cal.comm_eff == table["comm_eff"]
 
 
+def test_async_scheduling_takes_the_overheads_fitted_for_it(monkeypatch):
+    # a table with an engine fit and an async one beside it (calibrate_roofline writes
+    # <backend>/async where the async rows are some of the engine's only)
+    from simkit.engine import hardware
+
+    table = {"H100": {"gemm_compute_eff": 0.7, "gemm_memory_eff": 0.8, "pass_overhead_ms": 9.0,
+                      "sequence_overhead_us": 9.0,
+                      "backends": {"vllm": {"pass_overhead_ms": 4.0, "sequence_overhead_us": 70.0},
+                                   "vllm/async": {"pass_overhead_ms": 2.0, "sequence_overhead_us": 0.0},
+                                   "vllm/moe": {"pass_overhead_ms": 6.0}}}}
+    monkeypatch.setattr(hardware, "_calibration_table", lambda: table)
+    plain = hardware.load_calibration("H100", "vllm")
+    overlap = hardware.load_calibration("H100", "vllm", async_scheduling=True)
+    assert (plain.pass_overhead_ms, plain.sequence_overhead_us) == (4.0, 70.0)
+    assert (overlap.pass_overhead_ms, overlap.sequence_overhead_us) == (2.0, 0.0)
+    # an engine without an async fit keeps its own; a MoE model its MoE fit; no engine, the GPU's
+    assert hardware.load_calibration("H100", "sglang", async_scheduling=True).pass_overhead_ms == 9.0
+    assert hardware.load_calibration("H100", "vllm", moe=True, async_scheduling=True).pass_overhead_ms == 6.0
+    assert hardware.load_calibration("H100", None, async_scheduling=True).pass_overhead_ms == 9.0
+    # a pool's async_scheduling reaches its latency model: one decode pass of 4 requests is
+    # 2 ms + 4 x 0 us of host time with it, 4 ms + 4 x 70 us without (the rest the same)
+    from simkit.engine.latency import make_latency_model
+
+    spec = RooflineLatency(model="Llama-3.1-8B", gpu="H100", backend="vllm")
+    on = make_latency_model(spec, 10000, async_scheduling=True).pass_time_s(0, 4, 4000)
+    off = make_latency_model(spec, 10000).pass_time_s(0, 4, 4000)
+    assert off - on == pytest.approx((4.0 - 2.0) * 1e-3 + 4 * 70.0e-6, rel=1e-9)
+    # and a scenario's pool hands its async_scheduling to its workers' latency model
+    from simkit import scenario_from_dict
+    from simkit.sim import Simulation
+
+    for flag, pass_ms in ((True, 2.0), (False, 4.0)):
+        sc = scenario_from_dict({"latency": {"kind": "roofline", "model": "Llama-3.1-8B", "gpu": "H100",
+                                             "backend": "vllm"},
+                                 "pools": {"aggregated": {"workers": 1, "async_scheduling": flag}},
+                                 "workload": {"kind": "synthetic", "num_requests": 1}}, source="t")
+        worker = Simulation(sc, []).pools["aggregated"][0]
+        assert worker.latency.cal.pass_overhead_ms == pass_ms
+
+
 def test_aic_bucket_grid_by_hand():
     from simkit.engine.latency.aic import bucket
 

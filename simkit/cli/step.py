@@ -21,6 +21,9 @@ def _step_parser() -> argparse.ArgumentParser:
     p.add_argument("--kv-cache-dtype", choices=("auto", "bf16", "fp8"), default="auto")
     p.add_argument("--backend", choices=("vllm", "sglang", "trtllm"), default=None,
                    help="the serving engine whose fitted overheads apply (default: the GPU's fit)")
+    p.add_argument("--async-scheduling", action="store_true",
+                   help="the engine schedules the next pass while one runs (vLLM's --async-scheduling): "
+                        "the host overheads fitted for it, where they exist")
     p.add_argument("--prefill-tokens", type=int, default=0, help="prompt tokens computed in the pass (one chunk)")
     p.add_argument("--decode-contexts", default="", metavar="C1,C2,...",
                    help="KV length of each decode request after the pass, comma-separated")
@@ -94,7 +97,7 @@ def step_main(argv: Sequence[str]) -> int:
     if longest and max([args.prefill_tokens] + contexts) > longest:
         return _fail([f"simkit step: {args.model} takes sequences of at most {longest} tokens "
                       f"(max_position_embeddings); got {max([args.prefill_tokens] + contexts)}"])
-    model = RooflineModel(spec)
+    model = RooflineModel(spec, async_scheduling=args.async_scheduling)
     if args.speculative:
         from simkit.spec import SpeculativeSpec
         from simkit.engine.latency.speculative import SpeculativeRoofline
@@ -107,7 +110,7 @@ def step_main(argv: Sequence[str]) -> int:
                 return _fail([f"simkit step: --draft-model: {exc}"])
             draft = RooflineModel(RooflineLatency(model=args.draft_model, gpu=args.gpu, tensor_parallel_size=args.tp,
                                                   precision=args.precision, kv_cache_dtype=args.kv_cache_dtype,
-                                                  backend=args.backend))
+                                                  backend=args.backend), async_scheduling=args.async_scheduling)
         sspec = SpeculativeSpec(method=args.spec_method, num_speculative_tokens=args.speculative,
                                 draft_model=args.draft_model)
         model = SpeculativeRoofline(model, sspec, draft)

@@ -511,7 +511,7 @@ def _calibration_table() -> dict:
 
 
 def load_calibration(gpu: str, backend: Optional[str] = None, moe: bool = False,
-                     precision: Optional[str] = None) -> Calibration:
+                     precision: Optional[str] = None, async_scheduling: bool = False) -> Calibration:
     """The fitted calibration of ``gpu`` from ``data/calibration.json``; GPUs without their
     own fit take the entry named ``default`` (documented there). With ``precision`` (bf16,
     fp8, fp4) the GEMM efficiencies fitted for that precision on that GPU (``gemm``) replace
@@ -519,7 +519,10 @@ def load_calibration(gpu: str, backend: Optional[str] = None, moe: bool = False,
     that engine on that GPU replace the GPU's, when the fit exists, and so do the GEMM
     efficiencies of that engine's kernels (its ``gemm``); with ``moe`` too, the overheads
     fitted on that engine's mixture-of-experts rows (``<backend>/moe``) replace them in turn,
-    when that fit exists."""
+    when that fit exists. With ``async_scheduling`` (the engine schedules pass n + 1 while
+    pass n runs: vLLM's ``--async-scheduling``), a dense model takes the overheads fitted on
+    that engine's rows run so (``<backend>/async``), when that fit exists: the overlap hides
+    part of the host time per pass."""
     table = _calibration_table()
     entry = dict(table.get(gpu) or table["default"])
     entry.update(entry.get("gemm", {}).get(precision, {}))
@@ -530,6 +533,8 @@ def load_calibration(gpu: str, backend: Optional[str] = None, moe: bool = False,
         entry.update(mine.get("gemm", {}).get(precision, {}))
         if moe:
             entry.update(fits.get(f"{backend}/moe", {}))
+        elif async_scheduling:
+            entry.update(fits.get(f"{backend}/async", {}))
     fields = Calibration.__attrs_attrs__
     return Calibration(**{f.name: entry[f.name] for f in fields if f.name in entry})
 

@@ -76,7 +76,7 @@ class AicModel:
 
     needs_prefill_attention = False
 
-    def __init__(self, spec: AicLatency, nextn: int = 0) -> None:
+    def __init__(self, spec: AicLatency, nextn: int = 0, async_scheduling: bool = False) -> None:
         from aiconfigurator_core.sdk import rust_engine_step
 
         self._step = rust_engine_step
@@ -89,7 +89,8 @@ class AicModel:
         self.calls = 0  #: aiconfigurator calls made (cache misses)
         # the frontend's times (s): the spec's, else those fitted for the GPU and backend (the
         # roofline model's; they lie outside the engine, whichever model prices its passes)
-        set_deployment_terms(self, spec, load_calibration(spec.gpu, spec.backend, load_model(spec.model).is_moe))
+        set_deployment_terms(self, spec, load_calibration(spec.gpu, spec.backend, load_model(spec.model).is_moe,
+                                                          async_scheduling=async_scheduling))
 
     def exact_ms(self, prefill_tokens: int, decode_requests: int, context_per_request: int) -> float:
         """aiconfigurator's pass time (ms) for the shape, without the cache."""

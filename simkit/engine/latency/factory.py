@@ -25,26 +25,28 @@ __all__ = ["make_latency_model"]
 
 
 def make_latency_model(spec: LatencySpec, kv_capacity_tokens: int,
-                       speculative: Optional[SpeculativeSpec] = None) -> LatencyModel:
+                       speculative: Optional[SpeculativeSpec] = None, async_scheduling: bool = False) -> LatencyModel:
     """The latency model for ``spec`` on a worker with ``kv_capacity_tokens`` of KV cache whose
     decode passes are verify rounds of ``speculative`` (None: plain decode steps). The
     roofline model prices the rounds and the draft (:class:`SpeculativeRoofline`); aic its
     ``nextn`` path; the polynomial, constant and table models a round as a plain decode step,
-    as the reference does."""
+    as the reference does. ``async_scheduling`` (the pool's) picks the host overheads fitted
+    for it, where they exist (:func:`simkit.engine.hardware.load_calibration`)."""
     if isinstance(spec, PolynomialLatency):
         return PolynomialModel(spec, kv_capacity_tokens)
     if isinstance(spec, ConstantLatency):
         return ConstantModel(spec)
     if isinstance(spec, RooflineLatency):
         if speculative is None:
-            return RooflineModel(spec)
+            return RooflineModel(spec, async_scheduling=async_scheduling)
         draft = None
         if speculative.method == "draft_model":
-            draft = RooflineModel(attrs.evolve(spec, model=speculative.draft_model))
-        return SpeculativeRoofline(RooflineModel(spec), speculative, draft)
+            draft = RooflineModel(attrs.evolve(spec, model=speculative.draft_model), async_scheduling=async_scheduling)
+        return SpeculativeRoofline(RooflineModel(spec, async_scheduling=async_scheduling), speculative, draft)
     if isinstance(spec, TableLatency):
         return TableModel(spec)
     if isinstance(spec, AicLatency):
         # imports the optional aiconfigurator-core, only now
-        return AicModel(spec, nextn=speculative.num_speculative_tokens if speculative else 0)
+        return AicModel(spec, nextn=speculative.num_speculative_tokens if speculative else 0,
+                        async_scheduling=async_scheduling)
     raise TypeError(f"no latency model for {spec!r}")

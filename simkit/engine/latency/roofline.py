@@ -78,12 +78,13 @@ class RooflineModel:
     needs_prefill_attention = True
 
     def __init__(self, spec: RooflineLatency, arch: Optional[ModelArch] = None,
-                 gpu: Optional[GpuSpec] = None, calibration: Optional[Calibration] = None) -> None:
+                 gpu: Optional[GpuSpec] = None, calibration: Optional[Calibration] = None,
+                 async_scheduling: bool = False) -> None:
         a = self.arch = arch or load_model(spec.model)
         g = self.gpu = gpu or load_gpu(spec.gpu)
-        c = calibration or load_calibration(g.name, spec.backend, a.is_moe, spec.precision)
+        c = calibration or load_calibration(g.name, spec.backend, a.is_moe, spec.precision, async_scheduling)
         # the LM head's GEMM runs in bf16, at bf16's fitted efficiency
-        bf16 = calibration or load_calibration(g.name, spec.backend, a.is_moe, "bf16")
+        bf16 = calibration or load_calibration(g.name, spec.backend, a.is_moe, "bf16", async_scheduling)
         overrides = {k: getattr(spec, k) for k in ("layer_overhead_us", "pass_overhead_ms", "sequence_overhead_us",
                                                    "request_layer_overhead_us", "allreduce_latency_us")
                      if getattr(spec, k) is not None}
