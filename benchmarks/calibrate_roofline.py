@@ -52,6 +52,11 @@ Data (none of it is scored by benchmarks/silicon_accuracy.py except as stated):
    with at least ``MIN_FRONTEND_ROWS`` (8) rows, else the backend over every GPU
    (``fit_frontend``), then checked by resimulating them (the note gives MAPE before and after).
 
+6. The ``aic`` model's host time (``--aic-only`` refits just this): ``aic_pass_overhead_ms`` and
+   ``aic_sequence_overhead_us``, the least-squares fit of the dense calibration rows' TPOT
+   simulated with ``--latency-model aic`` (``fit_aic_overheads``): aiconfigurator's pass times
+   are kernel sums with none of the engine's CPU work.
+
 Each entry's ``source`` and ``fit_*`` notes say where every number came from.
 """
 
@@ -395,6 +400,75 @@ def fit_overheads(silicon: Path, max_concurrency: int = 1024) -> dict:
     return out
 
 
+AIC_OVERHEADS = ("aic_pass_overhead_ms", "aic_sequence_overhead_us")
+
+
+def fit_aic_overheads(silicon: Path, max_concurrency: int = 1024) -> dict:
+    """The host time the ``aic`` latency model adds to aiconfigurator-core's kernel sums, from
+    the dense calibration rows, by simulation with that model.
+
+    aiconfigurator measures kernels (GEMM, attention, communication), not the engine's CPU
+    work, so its pass times carry no host overhead. Each dense calibration row it has data for
+    is simulated as silicon_accuracy.py --latency-model aic does, with both terms 0; a decode
+    token then costs about one pass of ``b`` requests, so TPOT grows by ``aic_pass_overhead_ms
+    + b * aic_sequence_overhead_us``. Least squares on log TPOT per (GPU, backend) with at
+    least ``MIN_BACKEND_ROWS`` rows, else per GPU over its engines. Returns {gpu: {"all": fit,
+    backend: fit}}, a fit being ({term: value}, rows, median |rel err| of TPOT)."""
+    zero = {"pass_overhead_ms": 0.0, "sequence_overhead_us": 0.0}
+    samples: dict = {}
+    for row in load_rows(silicon):
+        if not calibration_row(row) or skip_reason(row) or load_model(SILICON_MODELS[row["model_path"]]).is_moe:
+            continue
+        conc = concurrency(row)
+        if conc > max_concurrency or row["osl"] < 2:
+            continue
+        try:
+            _, tpot0 = simulate_row(row, conc, zero, latency_model="aic")
+        except ConfigError:
+            continue
+        except Exception:  # aiconfigurator: no data for this system, backend or shape
+            continue
+        pools = scenario_for(row, conc)["pools"]
+        pool = pools.get("aggregated") or pools["decode"]
+        batch = min(-(-conc // pool["workers"]), pool["max_num_seqs"])
+        samples.setdefault(SILICON_GPUS[row["system"]], []).append((row["backend"], tpot0, batch,
+                                                                    row["silicon_tpot_ms"]))
+
+    def fit(items):
+        base, batch, measured = (np.array([it[k] for it in items], float) for k in (1, 2, 3))
+        x, err = _log_fit(lambda x: base + x[0] + batch * x[1] * 1e-3, measured, [1.0, 10.0],
+                          ([0.0, 0.0], [100.0, 500.0]))
+        return {k: round(float(v), 3) for k, v in zip(AIC_OVERHEADS, x)}, len(items), err
+
+    out = {}
+    for gpu, items in samples.items():
+        fits = {"all": fit(items)} if len(items) >= MIN_BACKEND_ROWS else {}
+        for backend in sorted({it[0] for it in items}):
+            mine = [it for it in items if it[0] == backend]
+            if len(mine) >= MIN_BACKEND_ROWS:
+                fits[backend] = fit(mine)
+        out[gpu] = fits
+    return out
+
+
+def apply_aic_overheads(table: dict, fits: dict) -> None:
+    """Write :func:`fit_aic_overheads`'s terms into the calibration ``table`` (in place): the
+    GPU's fit at its level, each engine's in its ``backends`` entry."""
+    for gpu, entry in table.items():
+        if gpu == "default" or not isinstance(entry, dict):
+            continue
+        for key in AIC_OVERHEADS:
+            entry.pop(key, None)
+            for slot in entry.get("backends", {}).values():
+                slot.pop(key, None)
+        entry.pop("fit_aic_overheads", None)
+        for backend, (terms, n, ape) in fits.get(gpu, {}).items():
+            note = f"{n} dense calibration rows with --latency-model aic, median |rel err| of TPOT {ape:.3f}"
+            slot = entry if backend == "all" else entry.setdefault("backends", {}).setdefault(backend, {})
+            slot.update(terms)
+            slot["fit_aic_overheads"] = note
+
+
 def _weighted_median(values: np.ndarray, weights: np.ndarray) -> float:
     order = np.argsort(values)
     cum = np.cumsum(weights[order])
@@ -460,10 +534,27 @@ def main() -> None:
                     help="aiconfigurator-core's systems/data folder (default: beside silicon_sample.csv)")
     ap.add_argument("--frontend-at", choices=("dispatch", "delivery", "split"), default="dispatch",
                     help="where the fitted frontend time goes (see fit_frontend; chosen on calibration rows)")
+    ap.add_argument("--aic-only", action="store_true",
+                    help="only refit the aic model's host overheads (fit_aic_overheads) into the calibration.json "
+                         "there is (needs aiconfigurator-core: pip install -e '.[aic]')")
     ap.add_argument("--dry-run", action="store_true",
                     help="print, do not write calibration.json (the overhead fit then simulates with the "
                          "efficiencies already in it)")
     args = ap.parse_args()
+    if args.aic_only:
+        silicon = Path(args.silicon) if args.silicon else find_silicon()
+        if silicon is None or not silicon.is_file():
+            sys.exit("silicon_sample.csv not found: pass --silicon PATH")
+        table = json.loads(OUT.read_text())
+        fits = fit_aic_overheads(silicon)
+        apply_aic_overheads(table, fits)
+        table["default"] = {**table["H100"], "source": "H100 fit (GPU given by a path or unknown)"}
+        text = json.dumps(table, indent=1) + "\n"
+        print(json.dumps({g: {b: f[0] for b, f in v.items()} for g, v in fits.items()}, indent=1))
+        if not args.dry_run:
+            OUT.write_text(text)
+            print(f"wrote {OUT}")
+        return
     vidur = Path(args.vidur)
     fitted: dict[str, dict] = {}
     attention = fit_attention("A100", vidur / "a100_llama2_70b_tp2_attention.csv")
@@ -570,6 +661,18 @@ def main() -> None:
                 slot.update(terms)
                 slot["fit_frontend"] = (f"{n} dense calibration rows' TTFT{'' if own else ' (the backend on every GPU)'}:"
                                         f" MAPE {b_ape:.3f} -> {a_ape:.3f} shifted")
+    try:  # the aic model's host overheads, with the pass times just fitted
+        import aiconfigurator_core  # noqa: F401
+    except ImportError:
+        print("aiconfigurator-core not installed: the aic model's host overheads are not refitted")
+    else:
+        try:
+            if not args.dry_run:  # the aic runs take the frontend just fitted
+                write(fitted)
+            apply_aic_overheads(fitted, fit_aic_overheads(silicon))
+        except BaseException:
+            OUT.write_text(before)
+            raise
     out = {gpu: {k: v for k, v in e.items()} for gpu, e in fitted.items()}
     out["default"] = {**fitted["H100"], "source": "H100 fit (GPU given by a path or unknown)"}
     text = json.dumps(out, indent=1) + "\n"

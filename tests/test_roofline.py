@@ -290,9 +290,10 @@ def test_aic_latency_model_caches_by_bucket():
     pytest.importorskip("aiconfigurator_core", reason="optional extra simkit[aic] (aiconfigurator-core) not installed")
     from simkit.engine.latency import make_latency_model
 
-    s = scenario_from_dict({"pools": {"aggregated": {}}, "latency": {
-        "kind": "aic", "model": "Llama-3.1-8B", "gpu": "H100", "precision": "fp8", "backend": "vllm",
-        "bucket_steps_per_octave": 16}})
+    latency = {"kind": "aic", "model": "Llama-3.1-8B", "gpu": "H100", "precision": "fp8", "backend": "vllm",
+               "bucket_steps_per_octave": 16}
+    s = scenario_from_dict({"pools": {"aggregated": {}},
+                            "latency": dict(latency, pass_overhead_ms=0.0, sequence_overhead_us=0.0)})
     m = make_latency_model(s.latency, 1)
     a = m.pass_time_s(0, 8, 8 * 1000)  # 1000 tokens per request -> bucket 1024
     assert m.calls == 1
@@ -300,6 +301,19 @@ def test_aic_latency_model_caches_by_bucket():
     assert a == pytest.approx(m.exact_ms(0, 8, 1024) * 1e-3, rel=1e-12)
     assert m.pass_time_s(8192, 0, 0) > a > 0
     assert s.pools.aggregated.num_gpu_blocks > 0 and s.link is None
+    # the host time beside the kernels: the fitted terms (null) or the spec's, per pass and per
+    # sampled request: 8 decodes, 2 ms + 8 x 50 us = 2.4 ms more than the kernels
+    from simkit.engine.hardware import load_calibration
+
+    fitted = make_latency_model(scenario_from_dict({"pools": {"aggregated": {}}, "latency": latency}).latency, 1)
+    cal = load_calibration("H100", "vllm")
+    assert fitted.pass_time_s(0, 8, 8 * 1000) == pytest.approx(
+        a + (cal.aic_pass_overhead_ms + 8 * cal.aic_sequence_overhead_us * 1e-3) * 1e-3, rel=1e-12)
+    mine = make_latency_model(scenario_from_dict({"pools": {"aggregated": {}}, "latency": dict(
+        latency, pass_overhead_ms=2.0, sequence_overhead_us=50.0)}).latency, 1)
+    assert mine.pass_time_s(0, 8, 8 * 1000) == pytest.approx(a + 2.4e-3, rel=1e-12)
+    # a prompt's pass samples one token too: 2 ms + 1 x 50 us
+    assert mine.pass_time_s(8192, 0, 0) == pytest.approx(m.pass_time_s(8192, 0, 0) + 2.05e-3, rel=1e-12)
 
 
 def test_aic_needs_a_shipped_model():

@@ -502,6 +502,10 @@ class Calibration:
     #: the client (ms): what the client's TTFT holds beyond the engine (benchmarks/calibrate_roofline.py)
     dispatch_overhead_ms: float = 0.0
     first_token_overhead_ms: float = 0.0
+    #: host time the ``aic`` model adds to aiconfigurator's kernel sums, per pass (ms) and per
+    #: request sampled in it (us): fitted on calibration rows' TPOT with that model
+    aic_pass_overhead_ms: float = 0.0
+    aic_sequence_overhead_us: float = 0.0
     source: str = "default (no fit for this GPU)"
 
 
@@ -519,10 +523,8 @@ def load_calibration(gpu: str, backend: Optional[str] = None, moe: bool = False,
     that engine on that GPU replace the GPU's, when the fit exists, and so do the GEMM
     efficiencies of that engine's kernels (its ``gemm``); with ``moe`` too, the overheads
     fitted on that engine's mixture-of-experts rows (``<backend>/moe``) replace them in turn,
-    when that fit exists. With ``async_scheduling`` (the engine schedules pass n + 1 while
-    pass n runs: vLLM's ``--async-scheduling``), a dense model takes the overheads fitted on
-    that engine's rows run so (``<backend>/async``), when that fit exists: the overlap hides
-    part of the host time per pass."""
+    when that fit exists. With ``async_scheduling`` (vLLM's ``--async-scheduling``: the next
+    pass scheduled while one runs) a dense model takes ``<backend>/async``, when fitted."""
     table = _calibration_table()
     entry = dict(table.get(gpu) or table["default"])
     entry.update(entry.get("gemm", {}).get(precision, {}))
@@ -545,7 +547,6 @@ def weights_bytes(arch: ModelArch, precision: str) -> float:
     p = arch.params()
     linear = p["attention"] + p["dense_mlp"] + p["experts"] + p["shared_experts"]
     return linear * PRECISION_BYTES[precision] + (p["embedding"] + p["router"]) * 2.0
-
 
 
 def kv_shard_fraction(arch: ModelArch, tp: int) -> float:

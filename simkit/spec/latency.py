@@ -123,6 +123,11 @@ class AicLatency(DeploymentLatency):
     aic_version: Optional[str] = None
     #: cache grid: points per doubling of each shape dimension
     bucket_steps_per_octave: int = field(default=64, validator=[_positive, _at_most(1024)])
+    #: host time added to each pass's kernel sum: per pass (ms) and per request that samples a
+    #: token in it (us); null: the values fitted for the GPU and backend with this model
+    #: (calibration.json ``aic_pass_overhead_ms``, ``aic_sequence_overhead_us``), else 0
+    pass_overhead_ms: Optional[float] = field(default=None, validator=_nonneg)
+    sequence_overhead_us: Optional[float] = field(default=None, validator=_nonneg)
     # (a power of two gives the grid of simkit.engine.latency.aic.bucket; others are rounded
     # down to one)
     speedup_ratio: float = field(default=1.0, validator=_pos)

@@ -89,8 +89,13 @@ class AicModel:
         self.calls = 0  #: aiconfigurator calls made (cache misses)
         # the frontend's times (s): the spec's, else those fitted for the GPU and backend (the
         # roofline model's; they lie outside the engine, whichever model prices its passes)
-        set_deployment_terms(self, spec, load_calibration(spec.gpu, spec.backend, load_model(spec.model).is_moe,
-                                                          async_scheduling=async_scheduling))
+        cal = load_calibration(spec.gpu, spec.backend, load_model(spec.model).is_moe,
+                               async_scheduling=async_scheduling)
+        set_deployment_terms(self, spec, cal)
+        # the engine's host time beside the kernels aiconfigurator measured: the spec's, else fitted
+        self.pass_overhead_ms = cal.aic_pass_overhead_ms if spec.pass_overhead_ms is None else spec.pass_overhead_ms
+        self.sequence_overhead_ms = (cal.aic_sequence_overhead_us if spec.sequence_overhead_us is None
+                                     else spec.sequence_overhead_us) * 1e-3
 
     def exact_ms(self, prefill_tokens: int, decode_requests: int, context_per_request: int) -> float:
         """aiconfigurator's pass time (ms) for the shape, without the cache."""
@@ -111,6 +116,8 @@ class AicModel:
         ms = self.cache.get(key)
         if ms is None:
             ms = self.cache[key] = self.exact_ms(*key)
+        if self.pass_overhead_ms or self.sequence_overhead_ms:
+            ms += self.pass_overhead_ms + (decode_requests + (1 if prefill_tokens else 0)) * self.sequence_overhead_ms
         if self.min_s_per_token:  # the host's output rate (an opt-in limit)
             return max(ms * self.scale_s, (decode_requests + (1 if prefill_tokens else 0)) * self.min_s_per_token)
         return ms * self.scale_s
