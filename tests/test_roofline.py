@@ -150,6 +150,14 @@ def test_step_cli(capsys):
     assert len(err) == 1 and "unknown model 'nope'" in err[0] and "Llama-3.1-8B" in err[0]
     assert main(["step", "--model", "Llama-3.1-8B", "--gpu", "X1", "--decode-contexts", "5"]) == 2
     assert "expected one of: A100" in capsys.readouterr().err
+    # it says whose host overheads the pass took, and when --async-scheduling changes nothing
+    # (an engine with no fit of its own for it), that it does not
+    base = ["step", "--model", "Llama-3.1-8B", "--gpu", "H100", "--decode-contexts", "1000,2000"]
+    assert main(base) == 0 and "host overheads: the H100 fit over all engines" in capsys.readouterr().out
+    assert main(base + ["--backend", "vllm", "--async-scheduling"]) == 0
+    assert "the H100 vllm fit for async scheduling" in capsys.readouterr().out
+    assert main(base + ["--backend", "sglang", "--async-scheduling"]) == 0
+    assert "no fit of its own for this GPU and engine, so the same" in capsys.readouterr().out
 
 
 TABLE = """prefill_tokens,decode_requests,decode_context_tokens,pass_ms

@@ -57,6 +57,19 @@ def step_table(model, prefill_tokens: int, contexts: list[int]) -> str:
     return "\n".join(lines)
 
 
+def _overheads_line(args, moe: bool) -> str:
+    """Which fitted host overheads the pass took (the GPU's, its engine's, their async one)."""
+    from simkit.engine.hardware import load_calibration
+
+    engine = f"{args.backend} fit" if args.backend else "fit over all engines"
+    line = f"host overheads: the {args.gpu} {engine}{' (MoE rows)' if moe and args.backend else ''}"
+    if args.async_scheduling:
+        fits = [load_calibration(args.gpu, args.backend, moe, args.precision, flag) for flag in (True, False)]
+        line += (" for async scheduling" if fits[0] != fits[1] else
+                 " (--async-scheduling: no fit of its own for this GPU and engine, so the same)")
+    return line
+
+
 def step_main(argv: Sequence[str]) -> int:
     """``python -m simkit step ...``: exit 0, or 2 for a bad name or value (one line)."""
     args = _step_parser().parse_args(argv)
@@ -115,6 +128,7 @@ def step_main(argv: Sequence[str]) -> int:
                                 draft_model=args.draft_model)
         model = SpeculativeRoofline(model, sspec, draft)
     text = step_table(model, args.prefill_tokens, contexts)
+    text += "\n" + _overheads_line(args, load_model(args.model).is_moe)
     if args.speculative:
         text += (f"\n(a verify pass: each decode request checks its last token and {args.speculative} drafts, "
                  f"{args.spec_method} drafter; the drafts' queries are priced with the prompt tokens, "
