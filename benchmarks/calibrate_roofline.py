@@ -424,9 +424,7 @@ def fit_aic_overheads(silicon: Path, max_concurrency: int = 1024) -> dict:
             continue
         try:
             _, tpot0 = simulate_row(row, conc, zero, latency_model="aic")
-        except ConfigError:
-            continue
-        except Exception:  # aiconfigurator: no data for this system, backend or shape
+        except Exception:  # ConfigError (does not fit), or aiconfigurator has no data for this shape
             continue
         pools = scenario_for(row, conc)["pools"]
         pool = pools.get("aggregated") or pools["decode"]
@@ -467,6 +465,13 @@ def apply_aic_overheads(table: dict, fits: dict) -> None:
             slot = entry if backend == "all" else entry.setdefault("backends", {}).setdefault(backend, {})
             slot.update(terms)
             slot["fit_aic_overheads"] = note
+
+
+def _table_text(table: dict) -> str:
+    """calibration.json's text for ``table`` (GPU -> entry), with ``default`` the H100's."""
+    return json.dumps({**{g: e for g, e in table.items() if g != "default"},
+                       "default": {**table["H100"], "source": "H100 fit (GPU given by a path or unknown)"}},
+                      indent=1) + "\n"
 
 
 def _weighted_median(values: np.ndarray, weights: np.ndarray) -> float:
@@ -548,8 +553,7 @@ def main() -> None:
         table = json.loads(OUT.read_text())
         fits = fit_aic_overheads(silicon)
         apply_aic_overheads(table, fits)
-        table["default"] = {**table["H100"], "source": "H100 fit (GPU given by a path or unknown)"}
-        text = json.dumps(table, indent=1) + "\n"
+        text = _table_text(table)
         print(json.dumps({g: {b: f[0] for b, f in v.items()} for g, v in fits.items()}, indent=1))
         if not args.dry_run:
             OUT.write_text(text)
@@ -616,8 +620,7 @@ def main() -> None:
     before = OUT.read_text()
 
     def write(table: dict) -> None:
-        OUT.write_text(json.dumps({**table, "default": {**table["H100"], "source": "H100 fit (GPU given by a path "
-                                                                             "or unknown)"}}, indent=1) + "\n")
+        OUT.write_text(_table_text(table))
         hardware._calibration_table.cache_clear()
 
     if not args.dry_run:  # the overhead fit simulates with the efficiencies just fitted
@@ -673,9 +676,7 @@ def main() -> None:
         except BaseException:
             OUT.write_text(before)
             raise
-    out = {gpu: {k: v for k, v in e.items()} for gpu, e in fitted.items()}
-    out["default"] = {**fitted["H100"], "source": "H100 fit (GPU given by a path or unknown)"}
-    text = json.dumps(out, indent=1) + "\n"
+    text = _table_text(fitted)
     print(text)
     if not args.dry_run:
         OUT.write_text(text)
