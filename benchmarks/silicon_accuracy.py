@@ -11,8 +11,8 @@ For each row that benchmarks/calibrate_roofline.py did NOT use (``calibration_ro
 the deployment is simulated under the benchmark client that measured it
 (``silicon_rows.harness_for``: InferenceMAX's ``benchmark_serving.py`` with lengths drawn from
 ``[0.8 x, x]``, 10 x concurrency prompts, the first wave scored, and its servers' settings; or
-NVIDIA's gap-analysis rows: fixed ISL and OSL, 3 x concurrency prompts, the first wave not
-scored): a closed loop at the row's concurrency (each slot sends the next prompt when its
+NVIDIA's gap-analysis rows: fixed ISL and OSL, 3 x concurrency prompts with the first wave not
+scored, or per family the client its calibration rows chose, ``GAP_ANALYSIS_CLIENTS``): a closed loop at the row's concurrency (each slot sends the next prompt when its
 request ends), each worker following the row's engine (``backend``: vllm, sglang or trtllm scheduling),
 aggregated (one worker of TP x attention-DP GPUs per ``batch_size`` of concurrency) or
 disaggregated (``prefill_num_workers`` and ``decode_num_workers``, each pool with its own

@@ -1,7 +1,8 @@
 """Candidate benchmark harnesses for NVIDIA's gap-analysis rows of silicon_sample.csv, scored
 on the calibration rows (never the scored ones, unless ``--scored``).
 
-    python benchmarks/silicon_harness_variants.py [--silicon PATH] [--variants a,b] [--scored]
+    python benchmarks/silicon_harness_variants.py [--silicon PATH] [--variants a,b] [--scored] [--csv FILE]
+        [--systems h100_sxm,...] [--backends trtllm,...]
 
 Those rows (``silicon_data_source`` ``aic-auto-gap-analysis``: Dynamo deployments of vLLM,
 SGLang and TRT-LLM, fixed ISL and OSL) do not publish their client or server flags, and
@@ -9,7 +10,9 @@ benchmarks/silicon_rows.py simulates them with fixed lengths, 3 prompts per user
 first wave left out. This script replays the dense rows under documented
 alternatives and prints TTFT and TPOT MAPE per (system, model, backend) and overall for each:
 
-* ``current``: silicon_rows.harness_for as it is.
+* ``current``: silicon_rows.harness_for as it is (each family's client:
+  ``silicon_rows.GAP_ANALYSIS_CLIENTS``).
+* ``steady3``: the default client: 3 prompts per user, the first wave not scored.
 * ``genai_perf``: aiconfigurator's ``eval`` client (``eval/benchmarks/genai_perf_runner.py``
   in ai-dynamo/aiconfigurator: ``--request-count 10 x C --warmup-request-count 2 x C``, fixed
   lengths): 12 prompts per user, the first 2 x C sent not scored.
@@ -28,7 +31,7 @@ alternatives and prints TTFT and TPOT MAPE per (system, model, backend) and over
   calibration rows.
 * ``desyncF``: every family's users spread over F of a cycle (user u starts u / C x F of a
   lockstep run's mean E2E late; 0 lockstep, 1 the desynchronized client), instead of each
-  family's own choice (``silicon_rows.DESYNCHRONIZED``).
+  family's own choice (``silicon_rows.GAP_ANALYSIS_CLIENTS``).
 * ``slots_c_minus_1`` (``_desync1``): the server holds C - 1 requests at once (one user more
   than slots: the signature of TTFT growing by E2E / C with the output length, seen in the
   H100 Llama-3.1-8B TRT-LLM rows), in lockstep (or desynchronized).
@@ -74,9 +77,11 @@ def _one_slot_less(row) -> dict:
 
 
 #: name -> (server settings of a row or None, prompts per user, whether the first wave is
-#: scored, frontend jitter in ms, client turnaround in ms[, desynchronized fraction of a cycle])
+#: scored, frontend jitter in ms, client turnaround in ms[, desynchronized fraction of a cycle];
+#: without it, the family's), or None: the row's harness as it is
 VARIANTS = {
-    "current": (None, 3, False, 0.0, 0.0),
+    "current": None,
+    "steady3": (None, 3, False, 0.0, 0.0),
     "genai_perf": (None, 12, False, 0.0, 0.0),  # (2 x C warm-up prompts, then 10 x C scored)
     "aic_rules": (aic_rules, 3, False, 0.0, 0.0),
     # aiperf: warm-up until every response is in (the engine idle again; no prefix caching,
@@ -84,19 +89,26 @@ VARIANTS = {
     "aiperf10": (None, 10, True, 0.0, 0.0),
     "aiperf20": (None, 20, True, 0.0, 0.0),
     **{f"aiperf10_jitter{ms:g}": (None, 10, True, float(ms), 0.0) for ms in (2, 10, 50, 200)},
-    **{f"current_jitter{ms:g}": (None, 3, False, float(ms), 0.0) for ms in (2, 10, 50, 200)},
-    **{f"current_think{ms:g}": (None, 3, False, 0.0, float(ms)) for ms in (10, 50, 200, 1000)},
+    **{f"steady3_jitter{ms:g}": (None, 3, False, float(ms), 0.0) for ms in (2, 10, 50, 200)},
+    **{f"steady3_think{ms:g}": (None, 3, False, 0.0, float(ms)) for ms in (10, 50, 200, 1000)},
     **{f"genai_perf_think{ms:g}": (None, 12, False, 0.0, float(ms)) for ms in (50, 200, 1000)},
     **{f"desync{f:g}": (None, 3, False, 0.0, 0.0, f) for f in (0.0, 0.25, 0.5, 0.75, 1.0)},
     "slots_c_minus_1": (_one_slot_less, 3, False, 0.0, 0.0, 0.0),
     "slots_c_minus_1_desync1": (_one_slot_less, 3, False, 0.0, 0.0, 1.0),
+    # aiperf's protocol combined with the above
+    **{f"aiperf{n}_desync{f:g}": (None, n, True, 0.0, 0.0, f) for n in (10, 20) for f in (0.5, 1.0)},
+    **{f"aiperf{n}_slots_c_minus_1": (_one_slot_less, n, True, 0.0, 0.0, 0.0) for n in (10, 20)},
+    **{f"aiperf{n}_slots_c_minus_1_desync1": (_one_slot_less, n, True, 0.0, 0.0, 1.0) for n in (10, 20)},
+    **{f"aiperf{n}_aic_rules": (aic_rules, n, True, 0.0, 0.0) for n in (10, 20)},
 }
 
 
 def variant_harness(row, variant: str) -> Harness:
     """The row's harness under ``variant`` (see :data:`VARIANTS`)."""
-    engine_of, prompts, first_wave, jitter_ms, think_ms, *desync = VARIANTS[variant]
     harness = harness_for(row)
+    if VARIANTS[variant] is None:
+        return harness
+    engine_of, prompts, first_wave, jitter_ms, think_ms, *desync = VARIANTS[variant]
     engine = {**harness.engine, **engine_of(row)} if engine_of is not None else harness.engine
     harness = replace(harness, prompts_per_user=prompts, score_first_wave=first_wave, engine=engine,
                       jitter_ms=jitter_ms, think_ms=think_ms)
@@ -117,6 +129,9 @@ def main() -> None:
     ap.add_argument("--silicon", default=None)
     ap.add_argument("--variants", default=",".join(VARIANTS), help=f"comma list of: {', '.join(VARIANTS)}")
     ap.add_argument("--scored", action="store_true", help="score the scored rows instead (after choosing)")
+    ap.add_argument("--csv", metavar="FILE", help="also write one line per (variant, row): its figures and errors")
+    ap.add_argument("--systems", default=None, help="only these systems, e.g. h100_sxm,h200_sxm")
+    ap.add_argument("--backends", default=None, help="only these engines, e.g. trtllm")
     args = ap.parse_args()
     variants = args.variants.split(",")
     unknown = [v for v in variants if v not in VARIANTS]
@@ -127,7 +142,9 @@ def main() -> None:
         sys.exit("silicon_sample.csv not found: pass --silicon (see benchmarks/silicon_accuracy.py)")
     rows = [r for r in load_rows(path) if calibration_row(r) != args.scored and not skip_reason(r)
             and SILICON_MODELS[r["model_path"]] in DENSE
-            and harness_for(r).name == "nvidia" and concurrency(r) <= 1024 and r["osl"] > 1]
+            and harness_for(r).name == "nvidia" and concurrency(r) <= 1024 and r["osl"] > 1
+            and (not args.systems or r["system"] in args.systems.split(","))
+            and (not args.backends or r["backend"] in args.backends.split(","))]
     out = []
     for variant in variants:
         for row in rows:
@@ -135,11 +152,15 @@ def main() -> None:
                 ttft, tpot = simulate_variant(row, variant)
             except ConfigError:
                 continue
-            out.append({"variant": variant, "system": row["system"],
+            out.append({"variant": variant, "id": row["id"], "system": row["system"],
                         "model": SILICON_MODELS[row["model_path"]],
-                        "backend": row["backend"], "ttft_ape": abs(ttft / row["silicon_ttft_ms"] - 1) * 100,
+                        "backend": row["backend"], "ttft_ms": ttft, "silicon_ttft_ms": row["silicon_ttft_ms"],
+                        "tpot_ms": tpot, "silicon_tpot_ms": row["silicon_tpot_ms"],
+                        "ttft_ape": abs(ttft / row["silicon_ttft_ms"] - 1) * 100,
                         "tpot_ape": abs(tpot / row["silicon_tpot_ms"] - 1) * 100})
     df = pd.DataFrame(out)
+    if args.csv:
+        df.to_csv(args.csv, index=False)
     table = df.pivot_table(index=["system", "model", "backend"], columns="variant",
                            values=["ttft_ape", "tpot_ape"], aggfunc="mean").round(1)
     print(f"{'scored' if args.scored else 'calibration'} rows, MAPE % (TTFT then TPOT) per variant")

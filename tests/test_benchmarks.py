@@ -105,6 +105,9 @@ def test_nvidia_gap_rows_keep_fixed_lengths_and_the_engine_defaults():
     assert (h.name, h.range_ratio, h.prompts_per_user, h.score_first_wave) == ("nvidia", 1.0, 3, False)
     # desynchronized users where the family's calibration rows say so (H200 vLLM), else lockstep
     assert h.desync and not sr.harness_for(dict(_row(src, "trtllm"), system="h100_sxm")).desync
+    # aiperf's 10 x C and 20 x C prompts, the burst scored, where the calibration rows chose them
+    h100 = {b: sr.harness_for(dict(_row(src, b), system="h100_sxm")) for b in ("vllm", "trtllm", "sglang")}
+    assert [(h.prompts_per_user, h.score_first_wave) for h in h100.values()] == [(10, True), (20, True), (3, False)]
     assert h.engine == {"async_scheduling": False}
     assert sr.harness_for(_row(src, "sglang")).engine == {"async_scheduling": True}
     reqs = sr.client_requests(_row(src, "vllm"), 16, h)
