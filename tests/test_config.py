@@ -53,7 +53,8 @@ def test_booleans_are_not_integers_and_nan_is_refused():
 
 def test_cross_field_rules():
     assert errors({"pools": {"aggregated": {}, "decode": {}}}) == [
-        "s.yaml: give either 'aggregated' or 'prefill' and 'decode', not both @ $.pools"]
+        "s.yaml: 'aggregated' is given with 'decode': a scenario has either an 'aggregated' pool or "
+        "'prefill' and 'decode' pools @ $.pools"]
     assert errors({"pools": {"aggregated": {}}, "link": {}}) == [
         "s.yaml: 'link' applies only to disaggregated pools (prefill + decode) @ $"]
     assert errors({"pools": {}}) == ["s.yaml: give either 'aggregated' or both 'prefill' and 'decode' @ $.pools"]

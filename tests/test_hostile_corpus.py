@@ -120,7 +120,7 @@ SCENARIOS = [
     scenario_case("yaml-unknown-field", TINY + "bogus: 1\n", BAD, r"unknown field\(s\) bogus @ \$"),
     scenario_case("yaml-no-pools", "name: x\n", BAD, r"@ \$\.pools"),
     scenario_case("yaml-both-pool-kinds", "pools: {aggregated: {}, prefill: {}, decode: {}}\n", BAD,
-                  "give either 'aggregated' or 'prefill' and 'decode', not both"),
+                  "'aggregated' is given with 'prefill' and 'decode'"),
     scenario_case("yaml-string-number", "pools: {aggregated: {workers: '2'}}\n", BAD,
                   r"expected an integer, got '2' @ \$\.pools\.aggregated\.workers"),
     scenario_case("yaml-bool-number", "pools: {aggregated: {workers: true}}\n", BAD, "expected an integer, got true"),

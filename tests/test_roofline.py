@@ -158,6 +158,11 @@ def test_step_cli(capsys):
     assert "the H100 vllm fit for async scheduling" in capsys.readouterr().out
     assert main(base + ["--backend", "sglang", "--async-scheduling"]) == 0
     assert "no fit of its own for this GPU and engine, so the same" in capsys.readouterr().out
+    # a precision the GPU's tensor cores lack is said, with the rate it is computed at
+    assert main(base + ["--precision", "fp4"]) == 0
+    out = capsys.readouterr().out
+    assert "the H100 has no fp4 tensor cores" in out and "fp8 rate, 1978 TFLOPS" in out
+    assert main(base + ["--precision", "fp8"]) == 0 and "tensor cores" not in capsys.readouterr().out
 
 
 TABLE = """prefill_tokens,decode_requests,decode_context_tokens,pass_ms

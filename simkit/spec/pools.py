@@ -398,7 +398,9 @@ class PoolsSpec:
     def __attrs_post_init__(self) -> None:
         if self.aggregated is not None:
             if self.prefill is not None or self.decode is not None:
-                raise ValueError("give either 'aggregated' or 'prefill' and 'decode', not both")
+                given = " and ".join(f"'{n}'" for n in ("prefill", "decode") if getattr(self, n) is not None)
+                raise ValueError(f"'aggregated' is given with {given}: a scenario has either an "
+                                 "'aggregated' pool or 'prefill' and 'decode' pools")
         elif self.prefill is None or self.decode is None:
             raise ValueError("give either 'aggregated' or both 'prefill' and 'decode'")
         else:
