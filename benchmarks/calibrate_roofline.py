@@ -72,7 +72,7 @@ import pandas as pd
 from scipy.optimize import least_squares
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from silicon_rows import (SILICON_GPUS, SILICON_MODELS, calibration_row, concurrency, find_silicon,  # noqa: E402
+from silicon_rows import (SILICON_GPUS, SILICON_MODELS, calibration_row, concurrency, find_silicon, input_error,  # noqa: E402
                           load_rows, scenario_for, simulate_row, skip_reason, worker_gpus)
 
 from simkit.engine import hardware  # noqa: E402
@@ -549,7 +549,7 @@ def main() -> None:
     if args.aic_only:
         silicon = Path(args.silicon) if args.silicon else find_silicon()
         if silicon is None or not silicon.is_file():
-            sys.exit("silicon_sample.csv not found: pass --silicon PATH")
+            input_error("silicon_sample.csv not found: pass --silicon PATH")
         table = json.loads(OUT.read_text())
         fits = fit_aic_overheads(silicon)
         apply_aic_overheads(table, fits)
@@ -575,7 +575,7 @@ def main() -> None:
                            f"{gpu}; an assumption)"}
     silicon = Path(args.silicon) if args.silicon else find_silicon()
     if silicon is None or not silicon.is_file():
-        sys.exit("silicon_sample.csv not found: pass --silicon PATH (unpack the whole aiconfigurator-core "
+        input_error("silicon_sample.csv not found: pass --silicon PATH (unpack the whole aiconfigurator-core "
                  "wheel: its systems/data/ holds the attention tables) or pip install -e '.[aic]'")
     # attention, GEMMs and all-reduce on each GPU's own kernels where aiconfigurator-core
     # measured them (Vidur has A100 and H100 tables only, with older kernels; Blackwell priced

@@ -35,7 +35,7 @@ from pathlib import Path
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from silicon_rows import (SILICON_MODELS, calibration_row, concurrency, find_silicon, harness_for,  # noqa: E402
+from silicon_rows import (SILICON_MODELS, calibration_row, concurrency, find_silicon, harness_for, input_error,  # noqa: E402
                           load_rows, precision, simulate_row, skip_reason, speculative_for, ttft_band)
 
 from simkit.spec import ConfigError  # noqa: E402
@@ -69,7 +69,7 @@ def main() -> None:
     args = ap.parse_args()
     path = Path(args.silicon) if args.silicon else find_silicon()
     if path is None:
-        sys.exit("silicon_sample.csv not found: pass --silicon (see the module docstring)")
+        input_error("silicon_sample.csv not found: pass --silicon (see the module docstring)")
     split = lambda s: set(s.split(",")) if s else None  # noqa: E731
     systems, models, backends, modes = map(split, (args.systems, args.models, args.backends, args.modes))
     skipped: Counter = Counter()

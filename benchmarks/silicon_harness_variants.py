@@ -50,7 +50,7 @@ from pathlib import Path
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from silicon_rows import (SILICON_MODELS, Harness, calibration_row, concurrency, find_silicon,  # noqa: E402
+from silicon_rows import (SILICON_MODELS, Harness, calibration_row, concurrency, find_silicon, input_error,  # noqa: E402
                           harness_for, load_rows, simulate_row, skip_reason)
 
 from simkit.spec import ConfigError  # noqa: E402
@@ -136,10 +136,10 @@ def main() -> None:
     variants = args.variants.split(",")
     unknown = [v for v in variants if v not in VARIANTS]
     if unknown:
-        sys.exit(f"--variants: unknown {', '.join(unknown)} (expected: {', '.join(VARIANTS)})")
+        input_error(f"--variants: unknown {', '.join(unknown)} (expected: {', '.join(VARIANTS)})")
     path = Path(args.silicon) if args.silicon else find_silicon()
     if path is None:
-        sys.exit("silicon_sample.csv not found: pass --silicon (see benchmarks/silicon_accuracy.py)")
+        input_error("silicon_sample.csv not found: pass --silicon (see benchmarks/silicon_accuracy.py)")
     rows = [r for r in load_rows(path) if calibration_row(r) != args.scored and not skip_reason(r)
             and SILICON_MODELS[r["model_path"]] in DENSE
             and harness_for(r).name == "nvidia" and concurrency(r) <= 1024 and r["osl"] > 1

@@ -34,11 +34,12 @@ from __future__ import annotations
 
 import hashlib
 import re
+import sys
 from dataclasses import dataclass, field
 from dataclasses import replace
 from importlib import resources
 from pathlib import Path
-from typing import Optional
+from typing import NoReturn, Optional
 
 import numpy as np
 import pandas as pd
@@ -94,6 +95,13 @@ def calibration_row(row) -> bool:
     return hashlib.sha256(deployment_key(row).encode()).digest()[0] % 4 == 0
 
 
+def input_error(message: str) -> NoReturn:
+    """Stop a benchmark script on bad input: ``message`` as one line on stderr, exit code 2
+    (as simkit's own commands do)."""
+    print(message, file=sys.stderr)
+    raise SystemExit(2)
+
+
 def find_silicon() -> Optional[Path]:
     """silicon_sample.csv of an installed aiconfigurator_core, else of the wheel unpacked in
     /tmp/aic/x (the module docstring of silicon_accuracy.py), else None."""
@@ -107,9 +115,26 @@ def find_silicon() -> Optional[Path]:
     return p if p.is_file() else None
 
 
+#: columns a silicon_sample.csv must have, besides :data:`INT_COLS`
+REQUIRED_COLUMNS = ("id", "system", "model_path", "backend", "mode", "precision", "gemm_quant_mode", "isl", "osl",
+                    "silicon_ttft_ms", "silicon_tpot_ms", "silicon_data_source")
+
+
 def load_rows(path: Path) -> list[dict]:
-    df = pd.read_csv(path)
-    df[INT_COLS] = df[INT_COLS].fillna(0).astype(int)
+    """The rows of aiconfigurator-core's ``silicon_sample.csv`` at ``path``, integer columns
+    filled with 0. A file that cannot be read, or lacks a column simkit reads, stops the
+    script with one line and exit code 2 (:func:`input_error`)."""
+    try:
+        df = pd.read_csv(path)
+    except (OSError, ValueError) as exc:  # missing, unreadable, or not CSV (pandas' parser errors)
+        input_error(f"{path}: cannot read it as silicon_sample.csv ({type(exc).__name__}: {exc})")
+    missing = [c for c in (*REQUIRED_COLUMNS, *INT_COLS) if c not in df.columns]
+    if missing:
+        input_error(f"{path}: not aiconfigurator-core's silicon_sample.csv: no column(s) {', '.join(missing)}")
+    try:
+        df[INT_COLS] = df[INT_COLS].fillna(0).astype(int)
+    except (TypeError, ValueError) as exc:
+        input_error(f"{path}: expected integers in {', '.join(INT_COLS[:3])}, ...: {exc}")
     return df.to_dict("records")
 
 

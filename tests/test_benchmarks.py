@@ -126,3 +126,27 @@ def test_nvidia_gap_rows_keep_fixed_lengths_and_the_engine_defaults():
     assert all(0.0 <= w < 0.05 for w in waits) and len(set(waits)) == 48
     assert waits == [r.arrived_at if not r.deps else r.delay_s
                      for r in sr.client_requests(_row(src, "vllm"), 16, sr.replace(h, think_ms=50.0))]
+
+
+@pytest.mark.parametrize("script, args", [
+    ("silicon_accuracy.py", ["--quiet"]),
+    ("silicon_harness_variants.py", []),
+])
+@pytest.mark.parametrize("content", [None, "a,b\n1,2\n", b"\xde\xad\xbe\xef" * 40])
+def test_silicon_scripts_refuse_a_bad_csv_in_one_line(tmp_path, script, args, content):
+    # a missing file, a CSV without the columns, bytes that are not text: one line, exit 2
+    path = tmp_path / "rows.csv"
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    elif content is not None:
+        path.write_text(content)
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / script), "--silicon", str(path), *args],
+                          capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and str(path) in proc.stderr
+
+
+def test_harness_variants_refuses_an_unknown_variant():
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "silicon_harness_variants.py"),
+                           "--variants", "current,nope"], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.startswith("--variants: unknown nope (expected: current, steady3")
