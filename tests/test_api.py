@@ -61,11 +61,40 @@ def test_compare_prints_a_table_and_writes_overlaid_cdfs(tmp_path, capsys, monke
     assert main(["compare", *dirs, "--plot", "compare_cdf.png"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].split() == ["agg", "dis"]
-    assert out[1].split() == ["completed", "/", "total", "80/80", "80/80"]
+    # the scenario fields that differ come first, a row each (the pools, the link), named by
+    # their paths' tails, then the figures
+    first = next(i for i, line in enumerate(out) if line.startswith("completed / total"))
+    assert first > 2 and out[first].split() == ["completed", "/", "total", "80/80", "80/80"]
+    assert any(line.split()[:1] == ["bandwidth_gb_per_s"] and line.split()[1] == "null" for line in out[1:first])
     assert (tmp_path / "compare_cdf.png").stat().st_size > 10_000
     assert main(["compare", *dirs, "--plot", "compare_cdf.png"]) == 2  # exists: refuse without --force
     assert "exists; choose another --plot or add --force" in capsys.readouterr().err
     assert main(["compare", str(tmp_path / "nothing")]) == 2
+
+
+def test_compare_names_its_columns_by_the_one_field_that_differs(tmp_path, capsys):
+    dirs = []
+    for workers in (2, 3):
+        d = tmp_path / f"w{workers}"
+        assert main([str(REPO / "scenarios" / "agg.yaml"), "--out", str(d), "--quiet", "--no-plots",
+                     "--set", "workload.num_requests=40", "--set", f"pools.aggregated.workers={workers}"]) == 0
+        dirs.append(str(d))
+    same = tmp_path / "again"
+    assert main([str(REPO / "scenarios" / "agg.yaml"), "--out", str(same), "--quiet", "--no-plots",
+                 "--set", "workload.num_requests=40", "--set", "pools.aggregated.workers=2"]) == 0
+    capsys.readouterr()
+    assert main(["compare", *dirs]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split() == ["workers=2", "workers=3"] and out[1].split() == ["aggregated.workers", "2", "3"]
+    assert out[2].startswith("completed / total")
+    # the TTFT components some run spent time in: agg.yaml has no frontend, link or decode pool
+    names = [line[:20].strip() for line in out]
+    assert "queue p90" in names and "prefill p50" in names
+    assert not any(n.startswith(("frontend", "transfer", "decode queue")) for n in names)
+    # nothing differs but the folder: the folders head the columns, and no field row
+    assert main(["compare", dirs[0], str(same)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split() == ["w2", "again"] and out[1].startswith("completed / total")
 
 
 def test_sweep_runs_every_combination_in_parallel_with_the_same_results(tmp_path, capsys, monkeypatch):

@@ -33,27 +33,103 @@ def _stop(summary: dict) -> str:
     return f"{reason} (partial)" if reason in ABNORMAL_STOPS else reason
 
 
+def _flat(value, prefix: str = "") -> dict:
+    """A scenario mapping as ``{dotted.path: value}`` (lists and scalars are leaves)."""
+    if isinstance(value, dict) and value:
+        out: dict = {}
+        for key, item in value.items():
+            out.update(_flat(item, f"{prefix}.{key}" if prefix else str(key)))
+        return out
+    return {prefix: value}
+
+
+def differing_fields(results) -> dict:
+    """The scenario fields whose values differ between ``results`` (each a :class:`simkit.Result`),
+    as ``{dotted.path: [value per run]}`` in path order; a field one run lacks is ``None`` there.
+    The scenario's ``name`` is left out (a label, not a knob)."""
+    from simkit.spec import to_dict
+
+    flats = [_flat(to_dict(r.scenario)) for r in results]
+    keys = sorted(set().union(*flats) - {"name"})
+    return {k: [f.get(k) for f in flats] for k in keys if len({repr(f.get(k)) for f in flats}) > 1}
+
+
+def _short(value) -> str:
+    """A field value as the YAML writes it, in brief."""
+    text = {None: "null", True: "true", False: "false"}.get(value, value) if not isinstance(value, (int, float)) \
+        or isinstance(value, bool) else format(value, "g")
+    return _printable(str(text))
+
+
+def column_labels(results, differing: dict) -> list[str]:
+    """Column headings: ``leaf=value`` of the one field that differs when it tells every run
+    apart, else the runs' labels (folder names; the differing fields are rows then)."""
+    if len(differing) == 1 and len(results) > 1:
+        (key, values), = differing.items()
+        labels = [f"{key.rsplit('.', 1)[-1]}={_short(v)}" for v in values]
+        if len(set(labels)) == len(labels):
+            return labels
+    return [_printable(r.label) for r in results]
+
+
+def _row_name(path: str, width: int = 20) -> str:
+    """A dotted field path in at most ``width`` characters: its last components that fit."""
+    parts = _printable(path).split(".")
+    name = parts[-1]
+    for part in reversed(parts[:-1]):
+        if len(part) + 1 + len(name) > width:
+            break
+        name = f"{part}.{name}"
+    return name[-width:]
+
+
+#: the TTFT components ``compare`` shows (summary ``ttft_components``), in a request's order,
+#: with their row names
+TTFT_PARTS = {"frontend": "frontend", "router_queue": "router queue", "engine_queue": "queue",
+              "prefill": "prefill", "transfer": "transfer", "decode_queue": "decode queue",
+              "first_token_overhead": "1st token ovh"}
+
+
 def compare_table(results) -> str:
-    """A side-by-side table of run summaries (columns: runs); the ``stopped`` row marks a run
-    that ended abnormally (interrupted, stuck...) as partial."""
-    rows = [("completed / total", lambda s: f"{s['requests']['completed']}/{s['requests']['total']}"),
-            ("stopped", _stop)]
+    """A side-by-side table of run summaries (columns: runs, headed by the one scenario field
+    that differs between them where it tells them apart, :func:`column_labels`). Above the
+    figures, one row per differing field (:func:`differing_fields`, at most 12, then a count);
+    the ``stopped`` row marks a run that ended abnormally (interrupted, stuck...) as partial;
+    the TTFT components some run spent time in (``ttft_components``, p50 and p90 ms) follow
+    the latencies."""
+    differing = differing_fields(results) if len(results) > 1 else {}
+    rows = [(_row_name(k), lambda s, i, v=v: _short(v[i])) for k, v in list(differing.items())[:12]]
+    if len(differing) > 12:
+        rows.append((f"(+{len(differing) - 12} fields)", lambda s, i: ""))
+    rows += [("completed / total", lambda s, i: f"{s['requests']['completed']}/{s['requests']['total']}"),
+             ("stopped", lambda s, i: _stop(s))]
     for metric, name in (("ttft_ms", "TTFT"), ("itl_ms", "ITL"), ("e2e_ms", "E2E")):
         for q in ("p50", "p90", "p99"):
-            rows.append((f"{name} {q} ms", lambda s, m=metric, q=q: _fmt(s[m] and s[m][q])))
+            rows.append((f"{name} {q} ms", lambda s, i, m=metric, q=q: _fmt(s[m] and s[m][q])))
+    def part(summary: dict, name: str, q: str):
+        parts = summary.get("ttft_components") if isinstance(summary, dict) else None
+        one = parts.get(name) if isinstance(parts, dict) else None
+        return one.get(q) if isinstance(one, dict) else None
+
+    # the components some run spent time in (a scenario without a frontend or a link shows none)
+    for name, short in TTFT_PARTS.items():
+        if any(part(r.summary, name, "p90") for r in results):
+            for q in ("p50", "p90"):
+                rows.append((f"  {short} {q}", lambda s, i, n=name, q=q: _fmt(part(s, n, q))))
     rows += [
-        ("throughput req/s", lambda s: _fmt(s["throughput"]["requests_per_s"], ".3f")),
-        ("output tokens/s", lambda s: _fmt(s["throughput"]["output_tokens_per_s"], ".1f")),
-        ("goodput fraction", lambda s: _fmt(s.get("goodput", {}).get("fraction"), ".3f")),
-        ("worker-seconds", lambda s: _fmt(sum(s["worker_seconds"].values()), ".1f")),
-        ("GPU-hours", lambda s: _fmt(sum(s["gpu_hours"].values()) if "gpu_hours" in s else None, ".3f")),
-        ("prefix hit ratio", lambda s: _fmt(s["prefix_cache_hit_ratio"], ".3f")),
+        ("throughput req/s", lambda s, i: _fmt(s["throughput"]["requests_per_s"], ".3f")),
+        ("output tokens/s", lambda s, i: _fmt(s["throughput"]["output_tokens_per_s"], ".1f")),
+        ("goodput fraction", lambda s, i: _fmt(s.get("goodput", {}).get("fraction"), ".3f")),
+        ("worker-seconds", lambda s, i: _fmt(sum(s["worker_seconds"].values()), ".1f")),
+        ("GPU-hours", lambda s, i: _fmt(sum(s["gpu_hours"].values()) if "gpu_hours" in s else None, ".3f")),
+        ("prefix hit ratio", lambda s, i: _fmt(s["prefix_cache_hit_ratio"], ".3f")),
     ]
-    labels = [_printable(r.label) for r in results]
-    width = max(14, *(len(label) for label in labels), *(len(_stop(r.summary)) for r in results))
+    labels = column_labels(results, differing)
+    cells = [(name, [get(r.summary, i) for i, r in enumerate(results)]) for name, get in rows]
+    width = min(40, max(14, *(len(label) for label in labels), *(len(c) for _, row in cells for c in row)))
     lines = [f"{'':20}" + "".join(f"{label[-width:]:>{width + 2}}" for label in labels)]
-    for name, get in rows:
-        lines.append(f"{name:20}" + "".join(f"{get(r.summary):>{width + 2}}" for r in results))
+    for name, row in cells:
+        lines.append(f"{name:20}" + "".join(f"{c[-width:]:>{width + 2}}" for c in row))
     return "\n".join(lines)
 
 
