@@ -97,6 +97,28 @@ def test_compare_names_its_columns_by_the_one_field_that_differs(tmp_path, capsy
     assert out[0].split() == ["w2", "again"] and out[1].startswith("completed / total")
 
 
+def test_compare_shows_lists_and_tells_alike_field_names_apart(tmp_path, capsys):
+    # found by trying it: a list-valued field (acceptance rates) was a traceback
+    dirs = []
+    for name, extra in (("a", []), ("b", ["--set", "pools.aggregated.speculative.acceptance_rates=[0.5,0.4,0.3]"])):
+        assert main([str(REPO / "scenarios" / "speculative.yaml"), "--out", str(tmp_path / name), "--quiet",
+                     "--no-plots", "--set", "workload.num_requests=20", *extra]) == 0
+        dirs.append(str(tmp_path / name))
+    capsys.readouterr()
+    assert main(["compare", *dirs]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split("  ")[-1].strip() == "acceptance_rates=[0.5, 0.4, 0.3]"
+    assert out[1].split() == ["acceptance_rates", "[0.8,", "0.7,", "0.6]", "[0.5,", "0.4,", "0.3]"]
+    # latency.tensor_parallel_size and pools.aggregated.tensor_parallel_size differ against agg.yaml:
+    # each row says whose it is
+    assert main([str(REPO / "scenarios" / "agg.yaml"), "--out", str(tmp_path / "c"), "--quiet", "--no-plots",
+                 "--set", "workload.num_requests=20"]) == 0
+    capsys.readouterr()
+    assert main(["compare", dirs[0], str(tmp_path / "c")]) == 0
+    names = [line[:20].strip() for line in capsys.readouterr().out.splitlines()]
+    assert "latency.tensor_para~" in names and "aggregated.tensor_p~" in names
+
+
 def test_sweep_runs_every_combination_in_parallel_with_the_same_results(tmp_path, capsys, monkeypatch):
     out = tmp_path / "sweep"
     args = ["sweep", str(REPO / "scenarios" / "agg.yaml"), "--grid", "pools.aggregated.workers=1,2",

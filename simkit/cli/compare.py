@@ -55,10 +55,20 @@ def differing_fields(results) -> dict:
 
 
 def _short(value) -> str:
-    """A field value as the YAML writes it, in brief."""
-    text = {None: "null", True: "true", False: "false"}.get(value, value) if not isinstance(value, (int, float)) \
-        or isinstance(value, bool) else format(value, "g")
-    return _printable(str(text))
+    """A field value as the YAML writes it, in brief: null, true/false, numbers in ``g``
+    format, lists and mappings in flow style."""
+    def text(v) -> str:
+        if v is None or isinstance(v, bool):
+            return {None: "null", True: "true", False: "false"}[v]
+        if isinstance(v, (int, float)):
+            return format(v, "g")
+        if isinstance(v, (list, tuple)):
+            return "[" + ", ".join(text(x) for x in v) + "]"
+        if isinstance(v, dict):
+            return "{" + ", ".join(f"{k}: {text(x)}" for k, x in v.items()) + "}"
+        return str(v)
+
+    return _printable(text(value))
 
 
 def column_labels(results, differing: dict) -> list[str]:
@@ -73,14 +83,26 @@ def column_labels(results, differing: dict) -> list[str]:
 
 
 def _row_name(path: str, width: int = 20) -> str:
-    """A dotted field path in at most ``width`` characters: its last components that fit."""
+    """A dotted field path in at most ``width`` characters: its last components that fit (a
+    longer last component cut, ending in "~")."""
     parts = _printable(path).split(".")
-    name = parts[-1]
+    name = parts[-1] if len(parts[-1]) <= width else parts[-1][:width - 1] + "~"
     for part in reversed(parts[:-1]):
         if len(part) + 1 + len(name) > width:
             break
         name = f"{part}.{name}"
-    return name[-width:]
+    return name
+
+
+def _row_names(paths: Sequence[str], width: int = 20) -> list[str]:
+    """:func:`_row_name` of each path; where two come out alike, ``parent.leaf`` cut to
+    ``width`` (ending in "~") for those (``latency.tensor_par~``, ``aggregated.tensor_~``)."""
+    def parent_leaf(path: str) -> str:
+        text = ".".join(_printable(path).split(".")[-2:])
+        return text if len(text) <= width else text[:width - 1] + "~"
+
+    names = [_row_name(p, width) for p in paths]
+    return [n if names.count(n) == 1 else parent_leaf(p) for n, p in zip(names, paths)]
 
 
 #: the TTFT components ``compare`` shows (summary ``ttft_components``), in a request's order,
@@ -98,7 +120,8 @@ def compare_table(results) -> str:
     the TTFT components some run spent time in (``ttft_components``, p50 and p90 ms) follow
     the latencies."""
     differing = differing_fields(results) if len(results) > 1 else {}
-    rows = [(_row_name(k), lambda s, i, v=v: _short(v[i])) for k, v in list(differing.items())[:12]]
+    shown = list(differing.items())[:12]
+    rows = [(name, lambda s, i, v=v: _short(v[i])) for name, (_, v) in zip(_row_names([k for k, _ in shown]), shown)]
     if len(differing) > 12:
         rows.append((f"(+{len(differing) - 12} fields)", lambda s, i: ""))
     rows += [("completed / total", lambda s, i: f"{s['requests']['completed']}/{s['requests']['total']}"),
