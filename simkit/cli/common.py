@@ -88,6 +88,18 @@ def _check_out(out_dir: str, force: bool, inputs: Sequence[str]) -> Optional[str
     return None
 
 
+def yaml_text(value) -> str:
+    """A scenario value as YAML writes it in flow style: null, true/false, numbers exactly
+    (``repr``), lists and mappings in brackets and braces, strings as they are."""
+    if value is None or isinstance(value, bool):
+        return {None: "null", True: "true", False: "false"}[value]
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(yaml_text(x) for x in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {yaml_text(x)}" for k, x in value.items()) + "}"
+    return repr(value) if isinstance(value, float) else str(value)
+
+
 def _printable(line: str, limit: int = 400) -> str:
     """One safe terminal line: control characters escaped (no newlines or escape sequences
     from a hostile key), cut to ``limit`` characters."""

@@ -8,7 +8,7 @@ import argparse
 import os
 from typing import Sequence
 
-from simkit.cli.common import _fail, _Parser, _printable
+from simkit.cli.common import _fail, _Parser, _printable, yaml_text
 from simkit.core.records import ABNORMAL_STOPS
 from simkit.spec import ConfigError
 
@@ -54,21 +54,8 @@ def differing_fields(results) -> dict:
     return {k: [f.get(k) for f in flats] for k in keys if len({repr(f.get(k)) for f in flats}) > 1}
 
 
-def _short(value) -> str:
-    """A field value as the YAML writes it, in brief: null, true/false, numbers in ``g``
-    format, lists and mappings in flow style."""
-    def text(v) -> str:
-        if v is None or isinstance(v, bool):
-            return {None: "null", True: "true", False: "false"}[v]
-        if isinstance(v, (int, float)):
-            return format(v, "g")
-        if isinstance(v, (list, tuple)):
-            return "[" + ", ".join(text(x) for x in v) + "]"
-        if isinstance(v, dict):
-            return "{" + ", ".join(f"{k}: {text(x)}" for k, x in v.items()) + "}"
-        return str(v)
-
-    return _printable(text(value))
+def _value_text(value) -> str:
+    return _printable(yaml_text(value))
 
 
 def column_labels(results, differing: dict) -> list[str]:
@@ -76,7 +63,7 @@ def column_labels(results, differing: dict) -> list[str]:
     apart, else the runs' labels (folder names; the differing fields are rows then)."""
     if len(differing) == 1 and len(results) > 1:
         (key, values), = differing.items()
-        labels = [f"{key.rsplit('.', 1)[-1]}={_short(v)}" for v in values]
+        labels = [f"{key.rsplit('.', 1)[-1]}={_value_text(v)}" for v in values]
         if len(set(labels)) == len(labels):
             return labels
     return [_printable(r.label) for r in results]
@@ -121,14 +108,16 @@ def compare_table(results) -> str:
     the latencies."""
     differing = differing_fields(results) if len(results) > 1 else {}
     shown = list(differing.items())[:12]
-    rows = [(name, lambda s, i, v=v: _short(v[i])) for name, (_, v) in zip(_row_names([k for k, _ in shown]), shown)]
+    names = _row_names([key for key, _ in shown])
+    fields = [(name, [_value_text(v) for v in values]) for name, (_, values) in zip(names, shown)]
     if len(differing) > 12:
-        rows.append((f"(+{len(differing) - 12} fields)", lambda s, i: ""))
-    rows += [("completed / total", lambda s, i: f"{s['requests']['completed']}/{s['requests']['total']}"),
-             ("stopped", lambda s, i: _stop(s))]
+        fields.append((f"(+{len(differing) - 12} fields)", [""] * len(results)))
+    rows = [("completed / total", lambda s: f"{s['requests']['completed']}/{s['requests']['total']}"),
+            ("stopped", _stop)]
     for metric, name in (("ttft_ms", "TTFT"), ("itl_ms", "ITL"), ("e2e_ms", "E2E")):
         for q in ("p50", "p90", "p99"):
-            rows.append((f"{name} {q} ms", lambda s, i, m=metric, q=q: _fmt(s[m] and s[m][q])))
+            rows.append((f"{name} {q} ms", lambda s, m=metric, q=q: _fmt(s[m] and s[m][q])))
+
     def part(summary: dict, name: str, q: str):
         parts = summary.get("ttft_components") if isinstance(summary, dict) else None
         one = parts.get(name) if isinstance(parts, dict) else None
@@ -138,17 +127,17 @@ def compare_table(results) -> str:
     for name, short in TTFT_PARTS.items():
         if any(part(r.summary, name, "p90") for r in results):
             for q in ("p50", "p90"):
-                rows.append((f"  {short} {q}", lambda s, i, n=name, q=q: _fmt(part(s, n, q))))
+                rows.append((f"  {short} {q}", lambda s, n=name, q=q: _fmt(part(s, n, q))))
     rows += [
-        ("throughput req/s", lambda s, i: _fmt(s["throughput"]["requests_per_s"], ".3f")),
-        ("output tokens/s", lambda s, i: _fmt(s["throughput"]["output_tokens_per_s"], ".1f")),
-        ("goodput fraction", lambda s, i: _fmt(s.get("goodput", {}).get("fraction"), ".3f")),
-        ("worker-seconds", lambda s, i: _fmt(sum(s["worker_seconds"].values()), ".1f")),
-        ("GPU-hours", lambda s, i: _fmt(sum(s["gpu_hours"].values()) if "gpu_hours" in s else None, ".3f")),
-        ("prefix hit ratio", lambda s, i: _fmt(s["prefix_cache_hit_ratio"], ".3f")),
+        ("throughput req/s", lambda s: _fmt(s["throughput"]["requests_per_s"], ".3f")),
+        ("output tokens/s", lambda s: _fmt(s["throughput"]["output_tokens_per_s"], ".1f")),
+        ("goodput fraction", lambda s: _fmt(s.get("goodput", {}).get("fraction"), ".3f")),
+        ("worker-seconds", lambda s: _fmt(sum(s["worker_seconds"].values()), ".1f")),
+        ("GPU-hours", lambda s: _fmt(sum(s["gpu_hours"].values()) if "gpu_hours" in s else None, ".3f")),
+        ("prefix hit ratio", lambda s: _fmt(s["prefix_cache_hit_ratio"], ".3f")),
     ]
     labels = column_labels(results, differing)
-    cells = [(name, [get(r.summary, i) for i, r in enumerate(results)]) for name, get in rows]
+    cells = fields + [(name, [get(r.summary) for r in results]) for name, get in rows]
     width = min(40, max(14, *(len(label) for label in labels), *(len(c) for _, row in cells for c in row)))
     lines = [f"{'':20}" + "".join(f"{label[-width:]:>{width + 2}}" for label in labels)]
     for name, row in cells:

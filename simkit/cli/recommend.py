@@ -45,7 +45,8 @@ from simkit.cli.batch import (OutputFolder, add_batch_arguments, batch_problem, 
                               run_points, say)
 from simkit.cli.capacity import BOUND_NAMES, binding_bound
 from simkit.cli.common import _fail, _Parser
-from simkit.cli.sweep import _split_values, _yaml_text
+from simkit.cli.common import yaml_text
+from simkit.cli.sweep import _split_values
 from simkit.sim import load_scenario
 from simkit.spec import ConfigError, Scenario, dump_scenario, yaml_load
 from simkit.spec import load_scenario as load_unresolved
@@ -305,7 +306,7 @@ def _bad_value(scenario_path: str, common: list, space: dict, unresolved: Scenar
                 blamed = [m for m in exc.messages if any(m.startswith(f"--set {k}") for k, _ in changes)]
                 if blamed or key == "router":
                     text = (blamed or [message])[0]
-                    return f"--space {key}={_yaml_text(value)}: {text.split(': ', 1)[1] if text.startswith('--set ') else text}"
+                    return f"--space {key}={yaml_text(value)}: {text.split(': ', 1)[1] if text.startswith('--set ') else text}"
     return None
 
 

@@ -129,11 +129,11 @@ def step_main(argv: Sequence[str]) -> int:
         model = SpeculativeRoofline(model, sspec, draft)
     text = step_table(model, args.prefill_tokens, contexts)
     text += "\n" + _overheads_line(args, load_model(args.model).is_moe)
-    rates = load_gpu(args.gpu).dense_tflops
-    if args.precision not in rates:  # weight-only quantisation: GpuSpec.tflops
-        fastest = next(p for p in ("fp8", "bf16") if p in rates)
+    gpu = load_gpu(args.gpu)
+    if gpu.compute_format(args.precision) != args.precision:  # weight-only quantisation
         text += (f"\n(the {args.gpu} has no {args.precision} tensor cores: {args.precision} weights are read as "
-                 f"{args.precision} and computed at its {fastest} rate, {rates[fastest]:g} TFLOPS)")
+                 f"{args.precision} and computed at its {gpu.compute_format(args.precision)} rate, "
+                 f"{gpu.tflops(args.precision):g} TFLOPS)")
     if args.speculative:
         text += (f"\n(a verify pass: each decode request checks its last token and {args.speculative} drafts, "
                  f"{args.spec_method} drafter; the drafts' queries are priced with the prompt tokens, "

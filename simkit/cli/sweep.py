@@ -25,7 +25,7 @@ from typing import Any, Sequence
 
 from simkit.cli.batch import add_batch_arguments, batch_overrides, batch_problem, scheduler_problem
 from simkit.cli.points import DaskMissing, SchedulerUnreachable, _execute
-from simkit.cli.common import _check_out, _default_out, _fail, _Interrupts, _Parser, _printable
+from simkit.cli.common import _check_out, _default_out, _fail, _Interrupts, _Parser, _printable, yaml_text
 from simkit.output.files import beside, claim_folder, folder_content, move_into_place, sibling_tmp_dir
 from simkit.sim import input_files, load_scenario
 from simkit.spec import ConfigError, yaml_load
@@ -275,7 +275,7 @@ def sweep_table(combos: list[dict], outcomes: list[dict], sla_fraction: float = 
         # YAML text: a table column (and parquet) holds one type
         kinds = {_kind(combo[key]) for combo in combos} - {"null"}
         if len(kinds) > 1:
-            table[key] = [None if combo[key] is None else _yaml_text(combo[key]) for combo in combos]
+            table[key] = [None if combo[key] is None else yaml_text(combo[key]) for combo in combos]
     for column in ("completed", "rejected"):  # counts stay integers beside failed (empty) rows
         table[column] = table[column].astype("Int64")
     return table
@@ -312,12 +312,6 @@ def _kind(value: Any) -> str:
     if isinstance(value, bool):
         return "bool"
     return "number" if isinstance(value, (int, float)) else "text"
-
-
-def _yaml_text(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
 
 
 if __name__ == "__main__":  # pragma: no cover

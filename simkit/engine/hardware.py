@@ -412,14 +412,15 @@ class GpuSpec:
     host_memory_gib: Optional[float] = None
     host_memory_source: str = ""
 
+    def compute_format(self, precision: str) -> str:
+        """The tensor-core format GEMMs with ``precision`` weights run in: the GPU's fastest at or above it
+        (fp4 weights run in fp8 on an H100, fp8 in bf16 on an A100: weight-only quantisation)."""
+        faster = {"fp4": ("fp4", "fp8"), "fp8": ("fp8",)}.get(precision, ())
+        return next((p for p in faster if p in self.dense_tflops), "bf16")
+
     def tflops(self, precision: str) -> float:
-        """Dense TFLOPS for GEMMs with ``precision`` weights: the fastest tensor-core format the
-        GPU has at or above that precision (fp4 weights on an H100 run at its fp8 rate, fp8 on
-        an A100 at bf16: weight-only quantisation)."""
-        for p in {"fp4": ("fp4", "fp8", "bf16"), "fp8": ("fp8", "bf16")}.get(precision, ("bf16",)):
-            if p in self.dense_tflops:
-                return float(self.dense_tflops[p])
-        return float(self.dense_tflops["bf16"])
+        """Dense TFLOPS for GEMMs with ``precision`` weights, in :meth:`compute_format`."""
+        return float(self.dense_tflops[self.compute_format(precision)])
 
 
 @lru_cache(maxsize=None)
