@@ -2,7 +2,7 @@
 on the calibration rows (never the scored ones, unless ``--scored``).
 
     python benchmarks/silicon_harness_variants.py [--silicon PATH] [--variants a,b] [--scored] [--csv FILE]
-        [--systems h100_sxm,...] [--backends trtllm,...]
+        [--systems h100_sxm,...] [--backends trtllm,...] [--refit-frontend]
 
 Those rows (``silicon_data_source`` ``aic-auto-gap-analysis``: Dynamo deployments of vLLM,
 SGLang and TRT-LLM, fixed ISL and OSL) do not publish their client or server flags, and
@@ -34,7 +34,15 @@ alternatives and prints TTFT and TPOT MAPE per (system, model, backend) and over
   family's own choice (``silicon_rows.GAP_ANALYSIS_CLIENTS``).
 * ``slots_c_minus_1`` (``_desync1``): the server holds C - 1 requests at once (one user more
   than slots: the signature of TTFT growing by E2E / C with the output length, seen in the
-  H100 Llama-3.1-8B TRT-LLM rows), in lockstep (or desynchronized).
+  H100 Llama-3.1-8B TRT-LLM rows; ``Harness.slots_short``), in lockstep (or desynchronized).
+  Every other variant has as many slots as users.
+* ``*_cache``: aiconfigurator's ``bench_run.sh`` (its generated benchmark script) as written:
+  aiperf with ``--warmup-request-count 2 x C`` and no ``--num-dataset-entries``, so every
+  prompt is one of aiperf's default 100 dataset entries, drawn with replacement; on vLLM and
+  SGLang servers, whose prefix caches are on unless the generator is told otherwise, a
+  repeated prompt hits the blocks its earlier copy left (``Harness.dataset_entries``,
+  ``warmup_per_user``; the server's ``enable_prefix_caching``). Every other variant sends
+  distinct prompts to a server without prefix caching.
 
 Every dense row of that harness, on every GPU. The seeds are the scenario's, so results are
 deterministic.
@@ -47,6 +55,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -69,13 +78,6 @@ def aic_rules(row) -> dict:
                        "enable_mixed_chunk": True}}
 
 
-def _one_slot_less(row) -> dict:
-    """The server's max batch one below the row's (its ``batch_size``, else the concurrency),
-    where one worker holds the whole concurrency (else the row's own settings)."""
-    batch, conc = int(row["batch_size"]) or concurrency(row), concurrency(row)
-    return {"max_num_seqs": max(1, conc - 1)} if row["mode"] == "agg" and batch >= conc else {}
-
-
 #: name -> (server settings of a row or None, prompts per user, whether the first wave is
 #: scored, frontend jitter in ms, client turnaround in ms[, desynchronized fraction of a cycle];
 #: without it, the family's), or None: the row's harness as it is
@@ -93,14 +95,23 @@ VARIANTS = {
     **{f"steady3_think{ms:g}": (None, 3, False, 0.0, float(ms)) for ms in (10, 50, 200, 1000)},
     **{f"genai_perf_think{ms:g}": (None, 12, False, 0.0, float(ms)) for ms in (50, 200, 1000)},
     **{f"desync{f:g}": (None, 3, False, 0.0, 0.0, f) for f in (0.0, 0.25, 0.5, 0.75, 1.0)},
-    "slots_c_minus_1": (_one_slot_less, 3, False, 0.0, 0.0, 0.0),
-    "slots_c_minus_1_desync1": (_one_slot_less, 3, False, 0.0, 0.0, 1.0),
+    "slots_c_minus_1": (None, 3, False, 0.0, 0.0, 0.0),
+    "slots_c_minus_1_desync1": (None, 3, False, 0.0, 0.0, 1.0),
     # aiperf's protocol combined with the above
     **{f"aiperf{n}_desync{f:g}": (None, n, True, 0.0, 0.0, f) for n in (10, 20) for f in (0.5, 1.0)},
-    **{f"aiperf{n}_slots_c_minus_1": (_one_slot_less, n, True, 0.0, 0.0, 0.0) for n in (10, 20)},
-    **{f"aiperf{n}_slots_c_minus_1_desync1": (_one_slot_less, n, True, 0.0, 0.0, 1.0) for n in (10, 20)},
+    **{f"aiperf{n}_slots_c_minus_1": (None, n, True, 0.0, 0.0, 0.0) for n in (10, 20)},
+    **{f"aiperf{n}_slots_c_minus_1_desync1": (None, n, True, 0.0, 0.0, 1.0) for n in (10, 20)},
     **{f"aiperf{n}_aic_rules": (aic_rules, n, True, 0.0, 0.0) for n in (10, 20)},
+    # aiconfigurator's bench_run.sh as it is: aiperf's 100 dataset entries reused, a 2 x C
+    # warm-up, the server's prefix cache on (vLLM's and SGLang's default)
+    **{f"aiperf{n}_cache": (None, n, True, 0.0, 0.0, 0.0) for n in (10, 20)},
+    **{f"aiperf{n}_cache_desync1": (None, n, True, 0.0, 0.0, 1.0) for n in (10, 20)},
+    "steady3_cache": (None, 3, False, 0.0, 0.0, 0.0),
 }
+
+#: the variants whose client reuses aiperf's 100 dataset entries after a 2 x C warm-up, on a
+#: server with prefix caching
+CACHED = {name for name in VARIANTS if "_cache" in name}
 
 
 def variant_harness(row, variant: str) -> Harness:
@@ -109,19 +120,39 @@ def variant_harness(row, variant: str) -> Harness:
     if VARIANTS[variant] is None:
         return harness
     engine_of, prompts, first_wave, jitter_ms, think_ms, *desync = VARIANTS[variant]
-    engine = {**harness.engine, **engine_of(row)} if engine_of is not None else harness.engine
+    engine = {**harness.engine, **engine_of(row)} if engine_of is not None else dict(harness.engine)
+    cached = variant in CACHED
+    engine["enable_prefix_caching"] = cached
+    # one slot fewer than users (the server's max batch C - 1) only where the variant says so
     harness = replace(harness, prompts_per_user=prompts, score_first_wave=first_wave, engine=engine,
-                      jitter_ms=jitter_ms, think_ms=think_ms)
+                      jitter_ms=jitter_ms, think_ms=think_ms, slots_short=int("slots_c_minus_1" in variant),
+                      dataset_entries=100 if cached else 0, warmup_per_user=2 if cached else 0)
     return replace(harness, desync=desync[0]) if desync else harness
 
 
-def simulate_variant(row, variant: str) -> tuple[float, float]:
-    """Mean TTFT and TPOT (ms) of the scored requests of ``row`` under ``variant``.
+#: the serving frontend switched off (``--refit-frontend``)
+NO_FRONTEND = {"dispatch_overhead_ms": 0.0, "first_token_overhead_ms": 0.0}
+
+
+def simulate_variant(row, variant: str, frontend: bool = True) -> tuple[float, float]:
+    """Mean TTFT and TPOT (ms) of the scored requests of ``row`` under ``variant``; without
+    ``frontend``, with no serving-frontend time (:data:`NO_FRONTEND`).
 
     Raises:
         ConfigError: the deployment is invalid (e.g. the weights do not fit).
     """
-    return simulate_row(row, concurrency(row), harness=variant_harness(row, variant))
+    return simulate_row(row, concurrency(row), None if frontend else dict(NO_FRONTEND),
+                        harness=variant_harness(row, variant))
+
+
+def frontend_shift(sim, meas) -> float:
+    """calibrate_roofline.fit_frontend's term for one family: the weighted median of measured
+    minus simulated TTFT (weights 1 / measured), at least 0, in ms."""
+    sim, meas = np.asarray(sim, float), np.asarray(meas, float)
+    gap, w = meas - sim, 1.0 / meas
+    order = np.argsort(gap)
+    cum = np.cumsum(w[order])
+    return max(0.0, float(gap[order][np.searchsorted(cum, cum[-1] / 2)]))
 
 
 def main() -> None:
@@ -132,6 +163,10 @@ def main() -> None:
     ap.add_argument("--csv", metavar="FILE", help="also write one line per (variant, row): its figures and errors")
     ap.add_argument("--systems", default=None, help="only these systems, e.g. h100_sxm,h200_sxm")
     ap.add_argument("--backends", default=None, help="only these engines, e.g. trtllm")
+    ap.add_argument("--refit-frontend", action="store_true",
+                    help="simulate without the fitted frontend term and refit it per (system, backend) and "
+                         "variant, "
+                         "as calibrate_roofline.py does, before scoring TTFT")
     args = ap.parse_args()
     variants = args.variants.split(",")
     unknown = [v for v in variants if v not in VARIANTS]
@@ -149,7 +184,7 @@ def main() -> None:
     for variant in variants:
         for row in rows:
             try:
-                ttft, tpot = simulate_variant(row, variant)
+                ttft, tpot = simulate_variant(row, variant, frontend=not args.refit_frontend)
             except ConfigError:
                 continue
             out.append({"variant": variant, "id": row["id"], "system": row["system"],
@@ -159,6 +194,12 @@ def main() -> None:
                         "ttft_ape": abs(ttft / row["silicon_ttft_ms"] - 1) * 100,
                         "tpot_ape": abs(tpot / row["silicon_tpot_ms"] - 1) * 100})
     df = pd.DataFrame(out)
+    if args.refit_frontend:  # each family's frontend term refitted for each variant
+        for _, part in df.groupby(["variant", "system", "backend"]):
+            shift = frontend_shift(part.ttft_ms, part.silicon_ttft_ms)
+            df.loc[part.index, "ttft_ms"] = part.ttft_ms + shift
+            df.loc[part.index, "frontend_ms"] = shift
+        df["ttft_ape"] = (df.ttft_ms / df.silicon_ttft_ms - 1).abs() * 100
     if args.csv:
         df.to_csv(args.csv, index=False)
     table = df.pivot_table(index=["system", "model", "backend"], columns="variant",

@@ -206,6 +206,21 @@ class Harness:
     #: the server's speculative decoding (a pool's ``speculative`` mapping), None: off
     #: (:func:`speculative_for`)
     speculative: Optional[dict] = None
+    #: the server admits this many requests fewer than the users at once (its max batch
+    #: ``C - slots_short`` on one worker, where the row's batch holds the whole concurrency):
+    #: one user more than slots waits a completion, so TTFT grows by about E2E / C with the
+    #: output length. A deployment property chosen per family (:data:`GAP_ANALYSIS_CLIENTS`)
+    slots_short: int = 0
+    #: aiperf's ``--num-dataset-entries`` (its default 100): each prompt, warm-up ones included,
+    #: is one of that many distinct prompts drawn uniformly with replacement (aiperf's
+    #: synthetic-dataset sampling before it had ``--dataset-sampling-strategy``), so a server
+    #: with prefix caching (``engine``'s ``enable_prefix_caching``) hits a repeated prompt's
+    #: blocks; 0: every prompt distinct
+    dataset_entries: int = 0
+    #: warm-up prompts per user sent before the scored ones (aiconfigurator's ``bench_run.sh``:
+    #: ``--warmup-request-count 2 x C``), never scored; the scored prompts start together once
+    #: every warm-up response is in (aiperf's phases)
+    warmup_per_user: int = 0
 
 
 def _inferencemax_engine(row) -> tuple[dict, Optional[str]]:
@@ -293,9 +308,20 @@ def speculative_for(row, acceptance: Optional[float] = None) -> Optional[dict]:
 #: With the overheads refitted under these clients (calibrate_roofline.py), the choice still
 #: holds on the calibration rows: TTFT / TPOT MAPE 29.3 / 8.2% against 33.0 / 11.0% for the
 #: default client everywhere (``--variants current,steady3,aiperf10,aiperf20``).
+#:
+#: A (system, backend, model) entry overrides its (system, backend) one. The H100 Llama-3.1-8B
+#: TRT-LLM rows show TTFT growing by about E2E / C with the output length (one user more than
+#: the server's slots); its 36 calibration rows chose aiperf 20 x C with the server one slot
+#: short (``slots_short``: TTFT / TPOT 28.4 / 5.3% -> 21.8 / 4.4%, ``--variants
+#: current,aiperf20,aiperf20_slots_c_minus_1 --systems h100_sxm --backends trtllm``), while the
+#: same engine's Qwen3-32B rows went from 25.2 to 43.4% under it, and every other family was worse
+#: too (H100 vLLM 31.4 -> 130%, SGLang 9.8 -> 22.7%, H200 SGLang 72.8 -> 246%), so it is
+#: that family's alone.
 GAP_ANALYSIS_CLIENTS = {
     ("h100_sxm", "vllm"): {"prompts_per_user": 10, "score_first_wave": True},
     ("h100_sxm", "trtllm"): {"prompts_per_user": 20, "score_first_wave": True},
+    ("h100_sxm", "trtllm", "Llama-3.1-8B"): {"prompts_per_user": 20, "score_first_wave": True,
+                                             "slots_short": 1},
     ("h200_sxm", "sglang"): {"desync": 1.0},
     ("h200_sxm", "vllm"): {"desync": 1.0},
 }
@@ -307,7 +333,10 @@ def harness_for(row) -> Harness:
     where the server was started with it."""
     overlap = {"async_scheduling": row["backend"] in ("sglang", "trtllm")}
     if "aic-auto-gap-analysis" in str(row["silicon_data_source"]):
-        return Harness("nvidia", engine=overlap, **GAP_ANALYSIS_CLIENTS.get((row["system"], row["backend"]), {}))
+        model = SILICON_MODELS.get(row["model_path"])
+        client = GAP_ANALYSIS_CLIENTS.get((row["system"], row["backend"], model),
+                                          GAP_ANALYSIS_CLIENTS.get((row["system"], row["backend"]), {}))
+        return Harness("nvidia", engine=overlap, **client)
     engine, kv = _inferencemax_engine(row)
     return Harness("inferencemax", range_ratio=0.8, prompts_per_user=10, score_first_wave=True,
                    engine={**overlap, **engine}, kv_cache_dtype=kv, speculative=speculative_for(row))
@@ -348,6 +377,8 @@ def scenario_for(row, conc: int, overheads: Optional[dict] = None, latency_model
             pools["aggregated"]["speculative"] = dict(harness.speculative)
         if "max_num_seqs" in harness.engine:  # the server's own limit, on one worker
             pools["aggregated"]["workers"] = 1
+        if harness.slots_short and batch >= conc:
+            pools["aggregated"].update(workers=1, max_num_seqs=max(1, conc - harness.slots_short))
         lat = latency(tp)
     else:
         ptp, dtp = worker_gpus(row, "prefill_"), worker_gpus(row, "decode_")
@@ -370,10 +401,15 @@ def client_requests(row, conc: int, harness: Harness) -> list[Request]:
     ``prompts_per_user`` prompts (the next sent when the last ends: the client's closed loop),
     user u's first at ``u / conc x stagger_s``. ISL and OSL uniform in ``[int(r x), x]`` with r
     the harness's ``range_ratio``, drawn from a generator seeded by the row id (deterministic).
-    A user's first prompt has no ``deps``."""
+    A user's first prompt has no ``deps``. With ``warmup_per_user`` w, ids 0 .. w x conc - 1 are
+    the warm-up chains (w per user, from time 0) and each user's first scored prompt waits for
+    the last prompt of every warm-up chain. With ``dataset_entries`` N, each prompt (warm-up
+    included) names the blocks of one of N distinct prompts (``hash_ids``, 64-token blocks),
+    drawn uniformly with replacement from a generator seeded by the row id."""
     isl, osl = int(row["isl"]), int(row["osl"])
-    per = harness.prompts_per_user
-    n = per * conc
+    per, warm = harness.prompts_per_user, harness.warmup_per_user
+    n_warm = warm * conc
+    n = per * conc + n_warm
     if harness.range_ratio < 1:
         rng = np.random.default_rng(int.from_bytes(hashlib.sha256(row["id"].encode()).digest()[:8], "little"))
         isls = rng.integers(int(isl * harness.range_ratio), isl + 1, size=n)
@@ -384,21 +420,50 @@ def client_requests(row, conc: int, harness: Harness) -> list[Request]:
     if harness.think_ms:
         seed = int.from_bytes(hashlib.sha256(f"{row['id']}/think".encode()).digest()[:8], "little")
         think = np.random.default_rng(seed).uniform(0.0, harness.think_ms / 1e3, size=n)
+    entries = None
+    if harness.dataset_entries:
+        seed = int.from_bytes(hashlib.sha256(f"{row['id']}/dataset".encode()).digest()[:8], "little")
+        entries = np.random.default_rng(seed).integers(0, harness.dataset_entries, size=n)
+
+    def blocks(rid: int) -> Optional[tuple[int, ...]]:
+        if entries is None:
+            return None
+        return tuple(int(entries[rid]) << 20 | j for j in range(-(-int(isls[rid]) // DATASET_BLOCK_TOKENS)))
+
     out = []
+    warm_ends = tuple(user * warm + warm - 1 for user in range(conc)) if warm else ()
+    for user in range(conc):
+        for k in range(warm):
+            rid = user * warm + k
+            out.append(Request(rid=rid, arrived_at=0.0, input_length=int(isls[rid]),
+                               output_length=int(osls[rid]),
+                               hash_ids=blocks(rid), hash_block_size=DATASET_BLOCK_TOKENS,
+                               session=user, deps=(rid - 1,) if k else ()))
     for user in range(conc):
         start = user / conc * harness.stagger_s
         for k in range(per):
-            rid = user * per + k
+            rid = n_warm + user * per + k
+            # after a warm-up, user u's first prompt waits for it, then its stagger
+            first_delay = start + float(think[rid]) if warm else 0.0
             out.append(Request(rid=rid, arrived_at=start + (0.0 if k else float(think[rid])),
                                input_length=int(isls[rid]), output_length=int(osls[rid]),
-                               session=user, deps=(rid - 1,) if k else (), delay_s=float(think[rid]) if k else 0.0))
-    return out
+                               hash_ids=blocks(rid), hash_block_size=DATASET_BLOCK_TOKENS,
+                               session=user, deps=(rid - 1,) if k else warm_ends,
+                               delay_s=float(think[rid]) if k else first_delay))
+    return sorted(out, key=lambda r: r.rid)
 
 
-def _scored(records, harness: Harness) -> list:
-    """The completed requests the client scores: all, or all but each user's first."""
-    return [r for r in records.requests if r.status == "completed"
-            and (harness.score_first_wave or r.rid % harness.prompts_per_user)]
+#: tokens per block of a dataset prompt's ``hash_ids`` (a multiple of simkit's 64-token
+#: default ``block_size``, which the rows' pools keep)
+DATASET_BLOCK_TOKENS = 64
+
+
+def _scored(records, harness: Harness, conc: int) -> list:
+    """The completed requests the client scores: all but the warm-up ones, and all or all but
+    each user's first."""
+    warm = harness.warmup_per_user * conc
+    return [r for r in records.requests if r.status == "completed" and r.rid >= warm
+            and (harness.score_first_wave or (r.rid - warm) % harness.prompts_per_user)]
 
 
 def simulate_row(row, conc: int, overheads: Optional[dict] = None, latency_model: str = "roofline",
@@ -413,11 +478,11 @@ def simulate_row(row, conc: int, overheads: Optional[dict] = None, latency_model
     harness = harness or harness_for(row)
     scenario = scenario_from_dict(scenario_for(row, conc, overheads, latency_model, harness), source=row["id"])
     records = simulate(scenario, client_requests(row, conc, replace(harness, desync=0.0)), record_token_times=False)
-    done = _scored(records, harness)
+    done = _scored(records, harness, conc)
     if harness.desync:  # once more, the users staggered over the lockstep run's cycle
         spread = replace(harness, desync=0.0, stagger_s=harness.desync * float(np.mean([r.e2e_s for r in done])))
         records = simulate(scenario, client_requests(row, conc, spread), record_token_times=False)
-        done = _scored(records, spread)
+        done = _scored(records, spread, conc)
     ttft = np.mean([r.ttft_s for r in done]) * 1e3
     tpots = [(r.last_token_at - r.first_token_at) / (r.output_length - 1) for r in done if r.output_length > 1]
     tpot = np.mean(tpots) * 1e3 if tpots else np.nan
@@ -434,10 +499,10 @@ def ttft_band(row, conc: int, overheads: Optional[dict] = None, latency_model: s
     lock = replace(harness, jitter_ms=0.0, think_ms=0.0, stagger_s=0.0, desync=0.0)
     scenario = scenario_from_dict(scenario_for(row, conc, overheads, latency_model, lock), source=row["id"])
     records = simulate(scenario, client_requests(row, conc, lock), record_token_times=False)
-    done = _scored(records, lock)
+    done = _scored(records, lock, conc)
     lockstep = float(np.mean([r.ttft_s for r in done]) * 1e3)
     cycle = float(np.mean([r.e2e_s for r in done]))
     spread = replace(lock, stagger_s=cycle)
     records = simulate(scenario, client_requests(row, conc, spread), record_token_times=False)
-    desync = float(np.mean([r.ttft_s for r in _scored(records, spread)]) * 1e3)
+    desync = float(np.mean([r.ttft_s for r in _scored(records, spread, conc)]) * 1e3)
     return desync, lockstep

@@ -128,6 +128,79 @@ def test_nvidia_gap_rows_keep_fixed_lengths_and_the_engine_defaults():
                      for r in sr.client_requests(_row(src, "vllm"), 16, sr.replace(h, think_ms=50.0))]
 
 
+def test_h100_llama_8b_trtllm_rows_run_one_slot_short_of_their_users():
+    # GAP_ANALYSIS_CLIENTS keys (system, backend, model) before (system, backend): the H100
+    # Llama-3.1-8B TRT-LLM calibration rows chose a server one slot short of the users; the
+    # family's Qwen3-32B rows keep as many slots as users
+    sr = _silicon_rows()
+    src = "source_file=/x/aic-auto-gap-analysis/data/h100_sxm/trtllm/1.0.0rc3/m.csv"
+
+    def row(model: str, osl: int) -> dict:
+        return dict(_row(src, "trtllm", osl=osl, tp=2, conc=8), system="h100_sxm", model_path=model,
+                    precision="bf16", gemm_quant_mode="bf16")
+
+    llama, qwen = row("meta-llama/Llama-3.1-8B-Instruct", 64), row("Qwen/Qwen3-32B", 64)
+    h = sr.harness_for(llama)
+    assert (h.prompts_per_user, h.score_first_wave, h.slots_short) == (20, True, 1)
+    assert sr.harness_for(qwen).slots_short == 0
+    pool = sr.scenario_for(llama, 8)["pools"]["aggregated"]
+    assert (pool["workers"], pool["max_num_seqs"]) == (1, 7)
+    assert sr.scenario_for(qwen, 8)["pools"]["aggregated"]["max_num_seqs"] == 8
+    # the signature it models: in lockstep the eighth user waits a whole E2E for a slot each
+    # wave, so the mean TTFT grows by about E2E / C with the output length (192 more tokens at
+    # TPOT t: 192 t / 8 more); with 8 slots it does not grow at all
+    short = {osl: sr.simulate_row(row(llama["model_path"], osl), 8) for osl in (64, 256)}
+    full = {osl: sr.simulate_row(row(llama["model_path"], osl), 8, harness=sr.replace(h, slots_short=0))
+            for osl in (64, 256)}
+    growth, per_user = short[256][0] - short[64][0], 192 * short[256][1] / 8
+    assert 0.8 * per_user < growth < 1.3 * per_user
+    assert full[256][0] == pytest.approx(full[64][0], rel=1e-9)
+
+
+def test_aiperf_warm_up_and_dataset_reuse_in_the_client():
+    # aiconfigurator's bench_run.sh: a 2 x C warm-up, then the scored burst once every warm-up
+    # response is in; every prompt one of aiperf's N dataset entries (its default 100; 5 here, so
+    # that 20 prompts repeat some), drawn with replacement
+    sr = _silicon_rows()
+    src = "source_file=/x/aic-auto-gap-analysis/data/h200_sxm/vllm/0.12.0/m.csv"
+    row = _row(src, "vllm", isl=200, osl=8, conc=4)
+    h = sr.harness_for(row)
+    h = sr.replace(h, prompts_per_user=3, warmup_per_user=2, dataset_entries=5, desync=0.0,
+                   engine={**h.engine, "enable_prefix_caching": True})
+    reqs = sr.client_requests(row, 4, h)
+    assert [r.rid for r in reqs] == list(range(20))  # 8 warm-up, then 12 scored
+    # warm-up chains: user u's two prompts are rids 2u and 2u + 1
+    assert [r.deps for r in reqs[:8]] == [(), (0,), (), (2,), (), (4,), (), (6,)]
+    # each user's first scored prompt waits for the end of every warm-up chain
+    assert {reqs[8 + 3 * u].deps for u in range(4)} == {(1, 3, 5, 7)}
+    assert reqs[9].deps == (8,) and reqs[10].deps == (9,)
+    # 200 tokens in 64-token blocks: 4 ids, the same 4 for two prompts of one dataset entry
+    entries = [r.hash_ids[0] >> 20 for r in reqs]
+    assert all(len(r.hash_ids) == 4 and r.hash_block_size == 64 for r in reqs)
+    assert set(entries) <= set(range(5))
+    assert entries == [r.hash_ids[0] >> 20 for r in sr.client_requests(row, 4, h)]  # seeded by row id
+    assert all(r.hash_ids == tuple(e << 20 | j for j in range(4)) for r, e in zip(reqs, entries))
+    # the warm-up is not scored: the scored means are over the 12 others (the burst included)
+    records = sr.simulate(sr.scenario_from_dict(sr.scenario_for(row, 4, harness=h), source=row["id"]), reqs,
+                          record_token_times=False)
+    assert [r.rid for r in sr._scored(records, sr.replace(h, score_first_wave=True), 4)] == list(range(8, 20))
+    assert [r.rid for r in sr._scored(records, h, 4)] == [9, 10, 12, 13, 15, 16, 18, 19]
+    # the burst starts when the last warm-up prompt ends
+    done = {r.rid: r for r in records.requests}
+    assert min(done[8 + 3 * u].arrived_at for u in range(4)) == max(done[w].finished_at for w in (1, 3, 5, 7))
+    # with the server's prefix cache on, a prompt whose entry an earlier, finished prompt sent
+    # reuses its 3 whole blocks (192 tokens; the 8-token tail is computed); a first copy none
+    seen, repeats = set(), 0
+    for r in sorted(records.requests, key=lambda r: r.arrived_at):
+        e = entries[r.rid]
+        hit = any(entries[o.rid] == e and o.finished_at <= r.arrived_at
+                  for o in records.requests if o.rid != r.rid)
+        assert r.cached_tokens == (192 if hit else 0) or (not hit and e in seen)
+        repeats += hit
+        seen.add(e)
+    assert repeats > 0
+
+
 @pytest.mark.parametrize("script, args", [
     ("silicon_accuracy.py", ["--quiet"]),
     ("silicon_harness_variants.py", []),
