@@ -12,7 +12,7 @@ import pytest
 from conftest import REPO
 
 SCRIPTS = ["speed.py", "memory.py", "compare_reference.py", "silicon_accuracy.py",
-           "aic_bucket_error.py", "calibrate_roofline.py", "silicon_harness_variants.py"]
+           "aic_bucket_error.py", "calibrate_roofline.py", "silicon_harness_variants.py", "probe_reference_dp.py"]
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
