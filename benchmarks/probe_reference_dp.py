@@ -35,9 +35,15 @@ on (``decode_worker`` in the peer's records: ``worker x dp_size + rank``). The r
 * ``dp_rank_field``: a trace line's ``dp_rank`` (both 0) does not pin the rank in this replay:
   the two requests run on ranks 0 and 1.
 * ``prefill_interval``: ``prefill_schedule_interval`` N = 1, 2, 3 on a request arriving
-  mid-decode changed nothing with dp 1 or 2 (TTFT 33.371 and 27.604: with dp 2 it prefills
-  alone on the idle rank). Its rule (which passes the counter counts, when prefill is held)
-  still needs probes that separate it from the random rank choice.
+  mid-decode changed nothing with dp 1 or 2 (TTFT 33.371 and 27.604): with dp 2 it went to the
+  rank with nothing running, and with dp 1 the interval is not applied at all.
+* ``prefill_interval_busy``: dp 2, both ranks decoding (two prompts at t = 0, 60 tokens out;
+  decode passes 5.767 ms after the 24.386 ms prefill, so pass k starts at 24.386 + (k - 1) x
+  5.767), a third prompt at 56 ms: its first token at 89.137 / 94.904 / 100.671 / 94.904 ms for
+  N = 1 / 2 / 3 / 4, i.e. admitted in pass 7 / 8 / 9 / 8 (arriving at 50 ms instead: passes 6 /
+  6 / 6 / 8). So a busy rank admits prefill only in a pass whose number (counting the group's
+  passes from 1) N divides; a rank with nothing running admits at once (after the group falls
+  idle, a new prompt prefilled in the next pass whatever N and the passes before).
 """
 
 from __future__ import annotations
@@ -82,6 +88,9 @@ PROBES = {
     "prefill_interval": ([_prompt(1, 512, 40), _prompt(2, 512, 2, at_ms=50.0)],
                          [(1, dp, {"prefill_schedule_interval": n}, "round_robin")
                           for dp in (1, 2) for n in (1, 2, 3)]),
+    "prefill_interval_busy": ([_prompt(1, 512, 60), _prompt(2, 512, 60), _prompt(3, 512, 2, at_ms=56.0)],
+                              [(1, 2, {"prefill_schedule_interval": n}, "round_robin")
+                               for n in (1, 2, 3, 4)]),
 }
 
 
