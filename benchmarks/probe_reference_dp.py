@@ -44,6 +44,14 @@ on (``decode_worker`` in the peer's records: ``worker x dp_size + rank``). The r
   6 / 6 / 8). So a busy rank admits prefill only in a pass whose number (counting the group's
   passes from 1) N divides; a rank with nothing running admits at once (after the group falls
   idle, a new prompt prefilled in the next pass whatever N and the passes before).
+* ``sglang_chunk_per_rank``: SGLang, one prompt of 6144 tokens, ``chunked_prefill_size`` 8192
+  (its default here): dp 1 prefills it in one pass (TTFT 125.681), dp 2 in chunks of 4096 and
+  2048 (85.756 + 49.363 = 135.119): each rank's chunk is the size over the DP size.
+* ``sglang_prefill_decode_interval``: SGLang, two prompts decoding and two more arriving at 1 and
+  2 ms (during the first extend round): each unit of ``prefill_decode_interval`` N holds their
+  extend back by one decode round: TTFT 63.981 / 69.774 / 75.567 / 87.153 ms for N = 0 / 1 / 2 /
+  4 with dp 1 (rounds of 5.793 ms), 47.771 / 53.538 / 59.304 / 70.837 with dp 2 (5.767): unlike
+  vLLM's interval it applies without DP too.
 """
 
 from __future__ import annotations
@@ -91,6 +99,12 @@ PROBES = {
     "prefill_interval_busy": ([_prompt(1, 512, 60), _prompt(2, 512, 60), _prompt(3, 512, 2, at_ms=56.0)],
                               [(1, 2, {"prefill_schedule_interval": n}, "round_robin")
                                for n in (1, 2, 3, 4)]),
+    "sglang_chunk_per_rank": ([_prompt(0, 6144, 2)],
+                              [(1, dp, {"backend": "sglang"}, "round_robin") for dp in (1, 2)]),
+    "sglang_prefill_decode_interval": ([_prompt(1, 512, 60), _prompt(2, 512, 60),
+                                        _prompt(3, 512, 2, at_ms=1.0), _prompt(4, 512, 2, at_ms=2.0)],
+                                       [(1, dp, {"backend": "sglang", "prefill_decode_interval": n},
+                                         "round_robin") for dp in (1, 2) for n in (0, 1, 2, 4)]),
 }
 
 
