@@ -12,7 +12,7 @@ import pytest
 from simkit import scenario_from_dict
 from simkit.sim import simulate
 
-from conftest import D, P, req, run
+from conftest import REPO, D, P, req, run
 
 ms = lambda x: pytest.approx(x, rel=1e-9)  # noqa: E731
 CONST = {"kind": "constant", "prefill_ms": 10.0, "decode_ms": 4.0}
@@ -117,6 +117,54 @@ def test_sglang_mixed_chunk_decodes_the_running_requests_in_extend_passes(mixed,
     assert (r0.first_token_at * 1000, r0.second_token_at * 1000, r0.finished_at * 1000) == (
         ms(r0_tokens_ms[0]), ms(r0_tokens_ms[1]), ms(r0_tokens_ms[2]))
     assert (r1.first_token_at * 1000, r1.finished_at * 1000) == (ms(r1_tokens_ms[0]), ms(r1_tokens_ms[1]))
+
+
+@pytest.mark.parametrize("interval, r1_first_ms", [
+    # constant model: extend 10 ms, decode 4 ms. r0 (16 tokens, 6 out) extends [0, 10]; r1
+    # (16 tokens, 2 out) arrives at 5 ms, during it. 0: r1 extends next [10, 20]; 1: one
+    # decode pass of r0 first [10, 14], then r1 [14, 24]; 2: [10, 14], [14, 18], r1 [18, 28]
+    (0, 20), (1, 24), (2, 28),
+])
+def test_sglang_prefill_decode_interval_puts_decode_passes_between_extends(interval, r1_first_ms):
+    pool = {"backend": "sglang", "block_size": 16, "num_gpu_blocks": 1000,
+            "sglang": {"prefill_decode_interval": interval}}
+    r0, r1 = run([req(0, 0, 16, 6, tbs=16), req(1, 5, 16, 2, tbs=16)], latency=CONST, **pool)
+    assert r0.first_token_at * 1000 == ms(10)
+    assert r1.first_token_at * 1000 == ms(r1_first_ms)
+
+
+@pytest.mark.parametrize("interval, first_tokens_ms", [
+    (0, (64.981, 64.981)), (1, (70.774, 70.774)), (2, (76.567, 76.567)), (4, (88.153, 88.153)),
+])
+def test_sglang_prefill_decode_interval_as_the_reference_measures_it(interval, first_tokens_ms):
+    # The reference (ai-dynamo-runtime 1.6.1, SGLang core, its polynomial model, one worker):
+    # two 512-token prompts at 0 (60 out) and two more at 1 and 2 ms; their first tokens come
+    # one decode pass (5.793 ms) later per unit of the interval. Measured with
+    # `python benchmarks/probe_reference_dp.py --probes sglang_prefill_decode_interval` (dp 1 rows:
+    # TTFT 63.981 / 69.774 / 75.567 / 87.153 ms for the 1 ms prompt, 1 ms less for the other).
+    from simkit import load_scenario, override
+    scenario = override(load_scenario(str(REPO / "scenarios" / "reference_agg.yaml")), {
+        "pools.aggregated.workers": 1, "pools.aggregated.backend": "sglang",
+        "pools.aggregated.sglang.budgets_count_chunks": True,
+        "pools.aggregated.sglang.prefill_decode_interval": interval})
+    prompts = [(0.0, 60), (0.0, 60), (1.0, 2), (2.0, 2)]
+    records = simulate(scenario, [req(i, at, 512, out, ids=[i + 1]) for i, (at, out) in enumerate(prompts)])
+    got = tuple(round(r.first_token_at * 1000, 3) for r in records.requests[2:])
+    assert got == first_tokens_ms
+
+
+def test_sglang_prefill_decode_interval_never_holds_an_idle_worker():
+    # r0 (16 tokens, 2 out) is done at 14 ms; r1 arrives at 100 ms with nothing running: it
+    # extends at once whatever the interval (nothing to decode first), first token at 110
+    pool = {"backend": "sglang", "block_size": 16, "num_gpu_blocks": 1000,
+            "sglang": {"prefill_decode_interval": 3}}
+    r0, r1 = run([req(0, 0, 16, 2, tbs=16), req(1, 100, 16, 2, tbs=16)], latency=CONST, **pool)
+    assert (r0.finished_at * 1000, r1.first_token_at * 1000) == (ms(14), ms(110))
+    from simkit.spec import ConfigError
+    with pytest.raises(ConfigError, match=r"'decode': 'sglang.prefill_decode_interval' applies only to an "
+                                          r"aggregated pool"):
+        held = {"backend": "sglang", "sglang": {"prefill_decode_interval": 2}}
+        scenario_from_dict({"pools": {"prefill": {"backend": "sglang"}, "decode": held}})
 
 
 def test_sglang_mixed_chunk_needs_chunked_prefill_and_an_aggregated_pool():

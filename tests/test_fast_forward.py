@@ -48,7 +48,8 @@ def cases(draw):
                           "max_prefill_tokens": draw(st.sampled_from([128, 16384])),
                           "clip_max_new_tokens": draw(st.sampled_from([16, 4096])),
                           "schedule_conservativeness": draw(st.sampled_from([0.3, 1.0, 2.0])),
-                          "enable_mixed_chunk": draw(st.booleans()) and pool["enable_chunked_prefill"]}
+                          "enable_mixed_chunk": draw(st.booleans()) and pool["enable_chunked_prefill"],
+                          "prefill_decode_interval": draw(st.sampled_from([0, 0, 1, 3]))}
     if backend == "trtllm" and draw(st.booleans()):
         pool["trtllm"] = {"batch_wait_timeout_iters": draw(st.integers(0, 5)),
                           "batch_wait_max_tokens_ratio": draw(st.sampled_from([0.0, 0.1, 0.9]))}
@@ -78,8 +79,9 @@ def cases(draw):
     if draw(st.booleans()):
         data["pools"] = {"aggregated": dict(prompt_pool, speculative=speculative)}
     else:
-        if "sglang" in pool:  # mixed chunk is for aggregated pools only
+        if "sglang" in pool:  # mixed chunk and the extend interval are for aggregated pools only
             pool["sglang"]["enable_mixed_chunk"] = False
+            pool["sglang"]["prefill_decode_interval"] = 0
             prompt_pool["sglang"] = pool["sglang"]
         data["pools"] = {"prefill": prompt_pool, "decode": dict(pool, workers=draw(st.integers(1, 3)),
                                                          speculative=speculative)}

@@ -55,7 +55,8 @@ def scenarios(draw):
                           "clip_max_new_tokens": draw(st.sampled_from([8, 4096])),
                           "schedule_conservativeness": draw(st.sampled_from([0.1, 1.0, 3.0])),
                           "budgets_count_chunks": draw(st.booleans()),
-                          "enable_mixed_chunk": draw(st.booleans()) and pool["enable_chunked_prefill"]}
+                          "enable_mixed_chunk": draw(st.booleans()) and pool["enable_chunked_prefill"],
+                          "prefill_decode_interval": draw(st.sampled_from([0, 0, 1, 3]))}
     elif draw(st.booleans()):  # trtllm with batch waiting
         pool["trtllm"] = {"batch_wait_timeout_iters": draw(st.integers(1, 20)),
                           "batch_wait_max_tokens_ratio": draw(st.sampled_from([0.05, 0.5, 1.0]))}
@@ -77,8 +78,9 @@ def scenarios(draw):
     if draw(st.booleans()):
         data = {"pools": {"aggregated": dict(prompt_pool, speculative=speculative)}}
     else:
-        if "sglang" in pool:  # mixed chunk is for aggregated pools only
+        if "sglang" in pool:  # mixed chunk and the extend interval are for aggregated pools only
             pool["sglang"]["enable_mixed_chunk"] = False
+            pool["sglang"]["prefill_decode_interval"] = 0
         data = {"pools": {"prefill": prompt_pool, "decode": dict(pool, workers=draw(st.integers(1, 3)),
                                                           speculative=speculative)},
                 "link": {"bandwidth_gb_per_s": draw(st.sampled_from([None, 5.0])),

@@ -74,6 +74,13 @@ class SglangSpec:
     budgets_count_chunks: bool = False
     #: extend passes decode the running requests too (SGLang ``--enable-mixed-chunk``)
     enable_mixed_chunk: bool = False
+    #: decode passes that must follow an extend pass before the next one, on aggregated
+    #: workers with running requests to decode (the reference's ``prefill_decode_interval``;
+    #: 0: none; aggregated pools only). Measured on the reference (benchmarks/probe_reference_dp.py
+    #: ``sglang_prefill_decode_interval``): prompts arriving during an extend pass prefill one
+    #: decode pass later per unit, with or without attention DP; a worker with nothing running
+    #: extends at once
+    prefill_decode_interval: int = field(default=0, validator=[_non_negative, _at_most(1_000_000)])
 
 
 @frozen
@@ -408,6 +415,9 @@ class PoolsSpec:
                 if pool.sglang.enable_mixed_chunk:
                     raise ValueError(f"'{name}': 'sglang.enable_mixed_chunk' applies only to an aggregated "
                                      "pool (it mixes decodes into the passes that prefill)")
+                if pool.sglang.prefill_decode_interval:
+                    raise ValueError(f"'{name}': 'sglang.prefill_decode_interval' applies only to an "
+                                     "aggregated pool (it spaces the extend passes among decode passes)")
             if self.prefill.speculative is not None:
                 raise ValueError("'prefill': 'speculative' applies to the pools that decode (aggregated or "
                                  "decode); a prefill worker generates no token to draft for")

@@ -74,6 +74,9 @@ class SglangScheduler(VllmScheduler):
         #: chunk needs chunked prefill); a decode worker never extends beside its decodes
         self.mixed = sg.enable_mixed_chunk and self.chunk_budget is not None and role == "aggregated"
         self.clip_max_new_tokens = sg.clip_max_new_tokens
+        #: decode passes still owed before the next extend (``prefill_decode_interval``)
+        self.interval = sg.prefill_decode_interval  # (aggregated pools only: PoolsSpec)
+        self.hold = 0
         self.init_ratio = self.INIT_NEW_TOKEN_RATIO * sg.schedule_conservativeness
         self.min_ratio = self.init_ratio * self.MIN_NEW_TOKEN_RATIO_FACTOR
         self.ratio_step = (self.init_ratio - self.min_ratio) / self.NEW_TOKEN_RATIO_DECAY_PASSES
@@ -161,7 +164,9 @@ class SglangScheduler(VllmScheduler):
 
     def schedule(self) -> Optional[Batch]:
         batch = Batch()
-        reset = self._extend(batch)
+        # prefill_decode_interval: after an extend pass, decode passes first (none to run: extend)
+        held = self.hold and any(s.computed >= s.prefill_target for s in self.running)
+        reset = False if held else self._extend(batch)
         if not batch.entries:
             reset = self._decode(batch) or reset
             if not batch.entries and batch.preempted:  # the retraction made room for a prompt
@@ -172,6 +177,9 @@ class SglangScheduler(VllmScheduler):
             self.new_token_ratio = self.init_ratio
         if not batch.prefill_requests:  # SGLang decays the ratio on decode passes only
             self._decay_ratio(1)
+            self.hold = max(0, self.hold - 1)
+        else:
+            self.hold = self.interval
         return batch
 
     def _decay_ratio(self, passes: int) -> None:
@@ -477,8 +485,9 @@ class SglangScheduler(VllmScheduler):
         seq.stamp = self.clock
 
     def advance_decode_run(self, batch: Batch, started: int, done: int) -> tuple[list[int], list[Seq]]:
-        # the per-pass path decays once per scheduled pass
+        # the per-pass path decays once per scheduled pass (and counts it off the interval)
         self._decay_ratio(started - batch.run_started)
+        self.hold = max(0, self.hold - (started - batch.run_started))
         slot = self.decode_slot
         passes = done - batch.run_done
         if slot and passes:
