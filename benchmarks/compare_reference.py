@@ -10,6 +10,7 @@ only (e.g. ``latency.prefill_tokens_from_batch_means=false`` to see a documented
 Prints summary mean/p50/p90/p99 of TTFT, ITL and E2E side by side and, per request (matched by
 trace line), the median, p90 and p99 of |relative error|, plus wall time and peak memory.
 
+``--prefill-decode-interval N`` (sglang, agg) sets SGLang's extend interval on both sides.
 ``--router kv_router`` routes KV-aware on both sides (``--router-json`` passes KvRouterConfig
 fields to both) and compares the median of as many simkit seeds with the median of ``--peer-runs``
 reference runs (3 by default), since both break ties at random (simkit from its seeded stream);
@@ -107,6 +108,8 @@ def engine_json(args, out_dir: str, run: int = 0) -> str:
     engine["backend"] = args.backend
     if args.num_gpu_blocks is not None:
         engine["num_gpu_blocks"] = args.num_gpu_blocks
+    if args.prefill_decode_interval:
+        engine["prefill_decode_interval"] = args.prefill_decode_interval
     if args.speculative:
         k, rates = parse_speculative(args.speculative)
         engine.update(aic_nextn=k, aic_nextn_accept_rates=",".join(map(str, rates)), aic_mtp_seed=42 + run)
@@ -153,6 +156,9 @@ def main() -> None:
     ap.add_argument("--host-offload", metavar="BLOCKS[:D2H:H2D]",
                     help="a host KV tier of BLOCKS blocks per prompt-pool worker (the reference's "
                          "native_host_offload; GB/s each way, default 32), KV 131072 bytes per token")
+    ap.add_argument("--prefill-decode-interval", type=int, default=0, metavar="N",
+                    help="sglang, agg: N decode passes after each extend pass on both sides (the "
+                         "reference's prefill_decode_interval, simkit's sglang.prefill_decode_interval)")
     ap.add_argument("--workers", type=int, default=4, help="workers (agg) or prefill workers (disagg)")
     ap.add_argument("--decode-workers", type=int, default=None, help="disagg: decode workers (default: --workers)")
     ap.add_argument("--peer-runs", type=int, default=None,
@@ -181,6 +187,12 @@ def main() -> None:
         sets += [(f"pools.{p}.sglang.budgets_count_chunks", True) for p in pools]
     if args.num_gpu_blocks is not None:
         sets += [(f"pools.{p}.num_gpu_blocks", args.num_gpu_blocks) for p in pools]
+    if args.prefill_decode_interval:
+        if args.backend != "sglang" or args.mode != "agg" or args.prefill_decode_interval < 0:
+            print("compare_reference.py: --prefill-decode-interval needs --backend sglang, --mode agg "
+                  "and N >= 0", file=sys.stderr)
+            sys.exit(2)
+        sets += [("pools.aggregated.sglang.prefill_decode_interval", args.prefill_decode_interval)]
     if args.speculative:
         k, rates = parse_speculative(args.speculative)
         sets += [(f"pools.{pools[-1]}.speculative", {
