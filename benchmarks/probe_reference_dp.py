@@ -17,10 +17,12 @@ on (``decode_worker`` in the peer's records: ``worker x dp_size + rank``). The r
 * ``slowest_rank``: prompts of 2048 and 512 tokens: dp 2 puts one on each rank and both get
   TTFT f(2048) = 49.363 (the pass ends when the slowest rank ends; dp 1: 58.13 for 2560).
 * ``placement``: prompts of 512, 1024, 1536, 2048 tokens on two workers with dp 2: ranks 0, 2,
-  1, 3 (round robin over workers first); within a worker the rank varies from run to run (4
-  prompts at once on one worker went to ranks 1, 1, 0, 0 in one run, 0, 0, 1, 1 in the next,
-  two per rank in each of 3 runs: a seeded-per-run or balanced random choice, not yet pinned
-  down), so the rank printed for a line can change between runs while these times do not.
+  1, 3 (round robin over workers first, then over each worker's ranks).
+* ``rank_round_robin``: six prompts 100 ms apart on one worker with dp 3: ranks 0, 1, 2, 0, 1, 2
+  in every run; six at once: each rank takes two, in an order that changes from run to run (2,
+  0, 1, 2, 0, 1 / 0, 1, 2, 0, 1, 2 / 1, 0, 1, 0, 2, 2 ...): a round robin over the ranks in the
+  order requests reach the worker, simultaneous ones reaching it in no fixed order. So the rank
+  printed for simultaneous lines can change between runs; their times do not.
 * ``idle_rank_waits``: 2048 tokens at t = 0 (rank 0) and 512 at t = 10 ms (rank 1): the second
   starts at the group's pass end (49.363) and its first token comes at 49.363 + f(512) = 73.749;
   the first request's next token waits for that pass too (E2E 73.749).
@@ -84,6 +86,8 @@ PROBES = {
     "slowest_rank": ([_prompt(0, 2048, 4), _prompt(100, 512, 4)], ONE_TWO),
     "placement": ([_prompt(100 * i, n, 2) for i, n in enumerate((512, 1024, 1536, 2048))],
                   [(2, 2, {}, "round_robin")]),
+    "rank_round_robin": ([_prompt(100 * i, 512, 2, at_ms=100.0 * i) for i in range(6)],
+                         [(1, 3, {}, "round_robin")]),
     "idle_rank_waits": ([_prompt(0, 2048, 2), _prompt(100, 512, 2, at_ms=10.0)], [(1, 2, {}, "round_robin")]),
     "budget_per_rank": ([_prompt(100 * i, 6144, 2) for i in range(2)], ONE_TWO),
     "kv_per_rank": ([_prompt(100 * i, 1024, 64) for i in range(2)],
