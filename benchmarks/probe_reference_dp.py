@@ -61,6 +61,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -124,11 +125,15 @@ def run(peer_python: str, lines: list, workers: int, dp: int, engine: dict, rout
     cmd = [peer_python, PEER, trace, "--workers", str(workers), "--engine-json", config,
            "--router", router, "--out", out]
     proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode:
+    records = os.path.join(out, "per_request.jsonl")
+    if proc.returncode or not os.path.isfile(records):
         tail = proc.stderr.strip().splitlines()[-1:] or ["no message"]
-        print(f"probe_reference_dp.py: the reference failed on {folder}: {tail[0]}", file=sys.stderr)
+        why = f"exit {proc.returncode}: {tail[0]}" if proc.returncode else "it wrote no per_request.jsonl"
+        shutil.rmtree(folder, ignore_errors=True)  # no half-written probe left behind
+        print(f"probe_reference_dp.py: the reference failed on {os.path.basename(folder)} ({why}); is "
+              f"{peer_python} the python of a venv with ai-dynamo-runtime==1.6.1?", file=sys.stderr)
         sys.exit(1)
-    with open(os.path.join(out, "per_request.jsonl")) as f:
+    with open(records) as f:
         return [json.loads(line) for line in f if line.strip()]
 
 
@@ -139,19 +144,20 @@ def main() -> None:
     ap.add_argument("--out", default=None, help="keep the traces and the reference's outputs here")
     ap.add_argument("--probes", default=",".join(PROBES), help=f"comma list of: {', '.join(PROBES)}")
     args = ap.parse_args()
-    names = args.probes.split(",")
+    names = [n for n in args.probes.split(",") if n]
     unknown = [n for n in names if n not in PROBES]
-    if unknown:
-        print(f"probe_reference_dp.py: --probes: unknown {', '.join(unknown)} "
-              f"(expected: {', '.join(PROBES)})", file=sys.stderr)
-        sys.exit(2)
-    if not os.path.exists(PEER):
-        print(f"probe_reference_dp.py: {PEER} not found (the reference harness lives in ../shared)",
+    if unknown or not names:
+        what = f"unknown {', '.join(unknown)}" if unknown else "none given"
+        print(f"probe_reference_dp.py: --probes: {what} (expected a comma list of: {', '.join(PROBES)})",
               file=sys.stderr)
         sys.exit(2)
     if not (os.path.isfile(args.peer_python) and os.access(args.peer_python, os.X_OK)):
         print(f"probe_reference_dp.py: --peer-python {args.peer_python}: not an executable file "
               "(expected the python of a venv with ai-dynamo-runtime==1.6.1)", file=sys.stderr)
+        sys.exit(2)
+    if not os.path.exists(PEER):
+        print(f"probe_reference_dp.py: {PEER} not found (the reference harness lives in ../shared)",
+              file=sys.stderr)
         sys.exit(2)
     root = args.out or tempfile.mkdtemp(prefix="simkit_dp_probe_")
     for name in names:

@@ -219,6 +219,34 @@ def test_silicon_scripts_refuse_a_bad_csv_in_one_line(tmp_path, script, args, co
     assert len(proc.stderr.strip().splitlines()) == 1 and str(path) in proc.stderr
 
 
+@pytest.mark.parametrize("args, message", [
+    (["--peer-python", "/nonexistent"], "--peer-python /nonexistent: not an executable file"),
+    (["--peer-python", sys.executable, "--probes", ""], "--probes: none given"),
+    (["--peer-python", sys.executable, "--probes", "lockstep,nope"], "--probes: unknown nope"),
+])
+def test_reference_dp_probe_refuses_bad_arguments_in_one_line(args, message):
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "probe_reference_dp.py"), *args],
+                          capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_reference_dp_probe_with_a_program_that_is_not_the_reference(tmp_path):
+    # /bin/true "runs" the harness and writes nothing: one line, exit 1, the probe's folder gone
+    # (without ../shared the harness itself is missing: exit 2, one line)
+    peer = REPO.parent / "shared" / "tools" / "dynamo_peer.py"
+    script = str(REPO / "benchmarks" / "probe_reference_dp.py")
+    proc = subprocess.run([sys.executable, script, "--peer-python", "/bin/true", "--out", str(tmp_path),
+                           "--probes", "lockstep"],
+                          capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    if peer.exists():
+        assert proc.returncode == 1 and "it wrote no per_request.jsonl" in proc.stderr
+        assert not (tmp_path / "lockstep_0").exists()
+    else:
+        assert proc.returncode == 2 and "dynamo_peer.py not found" in proc.stderr
+
+
 def test_harness_variants_refuses_an_unknown_variant():
     proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "silicon_harness_variants.py"),
                            "--variants", "current,nope"], capture_output=True, text=True, cwd=REPO, timeout=120)
