@@ -72,8 +72,9 @@ import pandas as pd
 from scipy.optimize import least_squares
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from silicon_rows import (SILICON_GPUS, SILICON_MODELS, calibration_row, concurrency, find_silicon, input_error,  # noqa: E402
-                          load_rows, scenario_for, simulate_row, skip_reason, worker_gpus)
+from silicon_rows import (SILICON_GPUS, SILICON_MODELS, calibration_row, concurrency,  # noqa: E402
+                          find_silicon, frontend_shift_ms, input_error, load_rows, scenario_for,
+                          simulate_row, skip_reason, worker_gpus)
 
 from simkit.engine import hardware  # noqa: E402
 from simkit.spec import ConfigError, RooflineLatency  # noqa: E402
@@ -474,12 +475,6 @@ def _table_text(table: dict) -> str:
                       indent=1) + "\n"
 
 
-def _weighted_median(values: np.ndarray, weights: np.ndarray) -> float:
-    order = np.argsort(values)
-    cum = np.cumsum(weights[order])
-    return float(values[order][np.searchsorted(cum, cum[-1] / 2)])
-
-
 def fit_frontend(silicon: Path, at: str = "dispatch", max_concurrency: int = 1024) -> dict:
     """The serving frontend's time per request, from the TTFT of the dense calibration rows.
 
@@ -511,7 +506,7 @@ def fit_frontend(silicon: Path, at: str = "dispatch", max_concurrency: int = 102
 
     def fit(items):
         sim, meas = (np.array([it[k] for it in items], float) for k in (0, 1))
-        d = max(0.0, _weighted_median(meas - sim, 1.0 / meas))
+        d = frontend_shift_ms(sim, meas)
         before, after = np.mean(np.abs(sim / meas - 1)), np.mean(np.abs((sim + d) / meas - 1))
         share = {"dispatch": (1.0, 0.0), "delivery": (0.0, 1.0), "split": (0.5, 0.5)}[at]
         return ({"dispatch_overhead_ms": round(d * share[0], 3), "first_token_overhead_ms": round(d * share[1], 3)},

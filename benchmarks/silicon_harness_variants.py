@@ -55,11 +55,11 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from silicon_rows import (SILICON_MODELS, Harness, calibration_row, concurrency, find_silicon, input_error,  # noqa: E402
+from silicon_rows import (SILICON_MODELS, Harness, calibration_row, concurrency, find_silicon,  # noqa: E402
+                          frontend_shift_ms, input_error,
                           harness_for, load_rows, simulate_row, skip_reason)
 
 from simkit.spec import ConfigError  # noqa: E402
@@ -145,16 +145,6 @@ def simulate_variant(row, variant: str, frontend: bool = True) -> tuple[float, f
                         harness=variant_harness(row, variant))
 
 
-def frontend_shift(sim, meas) -> float:
-    """calibrate_roofline.fit_frontend's term for one family: the weighted median of measured
-    minus simulated TTFT (weights 1 / measured), at least 0, in ms."""
-    sim, meas = np.asarray(sim, float), np.asarray(meas, float)
-    gap, w = meas - sim, 1.0 / meas
-    order = np.argsort(gap)
-    cum = np.cumsum(w[order])
-    return max(0.0, float(gap[order][np.searchsorted(cum, cum[-1] / 2)]))
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--silicon", default=None)
@@ -196,7 +186,7 @@ def main() -> None:
     df = pd.DataFrame(out)
     if args.refit_frontend:  # each family's frontend term refitted for each variant
         for _, part in df.groupby(["variant", "system", "backend"]):
-            shift = frontend_shift(part.ttft_ms, part.silicon_ttft_ms)
+            shift = frontend_shift_ms(part.ttft_ms, part.silicon_ttft_ms)
             df.loc[part.index, "ttft_ms"] = part.ttft_ms + shift
             df.loc[part.index, "frontend_ms"] = shift
         df["ttft_ape"] = (df.ttft_ms / df.silicon_ttft_ms - 1).abs() * 100

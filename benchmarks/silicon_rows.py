@@ -315,8 +315,8 @@ def speculative_for(row, acceptance: Optional[float] = None) -> Optional[dict]:
 #: short (``slots_short``: TTFT / TPOT 28.4 / 5.3% -> 21.8 / 4.4%, ``--variants
 #: current,aiperf20,aiperf20_slots_c_minus_1 --systems h100_sxm --backends trtllm``), while the
 #: same engine's Qwen3-32B rows went from 25.2 to 43.4% under it, and every other family was worse
-#: too (H100 vLLM 31.4 -> 130%, SGLang 9.8 -> 22.7%, H200 SGLang 72.8 -> 246%), so it is
-#: that family's alone.
+#: too with one slot short under each client tried (H100 vLLM 31.4 -> 130-136%, SGLang 9.8 ->
+#: 15.5-22.7%, H200 SGLang 72.8 -> 246-262%), so it is that family's alone.
 GAP_ANALYSIS_CLIENTS = {
     ("h100_sxm", "vllm"): {"prompts_per_user": 10, "score_first_wave": True},
     ("h100_sxm", "trtllm"): {"prompts_per_user": 20, "score_first_wave": True},
@@ -450,12 +450,25 @@ def client_requests(row, conc: int, harness: Harness) -> list[Request]:
                                hash_ids=blocks(rid), hash_block_size=DATASET_BLOCK_TOKENS,
                                session=user, deps=(rid - 1,) if k else warm_ends,
                                delay_s=float(think[rid]) if k else first_delay))
-    return sorted(out, key=lambda r: r.rid)
+    return out  # in id order: the warm-up chains, then the scored ones
 
 
 #: tokens per block of a dataset prompt's ``hash_ids`` (a multiple of simkit's 64-token
 #: default ``block_size``, which the rows' pools keep)
 DATASET_BLOCK_TOKENS = 64
+
+
+def frontend_shift_ms(simulated, measured) -> float:
+    """The serving frontend's time (ms) that best shifts ``simulated`` TTFTs onto ``measured``
+    ones: the weighted median of measured - simulated, weights 1 / measured (it minimises the
+    mean |relative error| of the shifted TTFTs), at least 0. calibrate_roofline.fit_frontend
+    fits ``dispatch_overhead_ms`` so; silicon_harness_variants.py ``--refit-frontend`` refits it
+    per candidate client."""
+    sim, meas = np.asarray(simulated, float), np.asarray(measured, float)
+    gap = meas - sim
+    order = np.argsort(gap)
+    cum = np.cumsum((1.0 / meas)[order])
+    return max(0.0, float(gap[order][np.searchsorted(cum, cum[-1] / 2)]))
 
 
 def _scored(records, harness: Harness, conc: int) -> list:
