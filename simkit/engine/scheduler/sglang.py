@@ -74,8 +74,9 @@ class SglangScheduler(VllmScheduler):
         #: chunk needs chunked prefill); a decode worker never extends beside its decodes
         self.mixed = sg.enable_mixed_chunk and self.chunk_budget is not None and role == "aggregated"
         self.clip_max_new_tokens = sg.clip_max_new_tokens
-        #: decode passes still owed before the next extend (``prefill_decode_interval``)
-        self.interval = sg.prefill_decode_interval  # (aggregated pools only: PoolsSpec)
+        #: decode passes after each extend pass (``prefill_decode_interval``; aggregated pools
+        #: only, PoolsSpec), and those still owed before the next extend
+        self.interval = sg.prefill_decode_interval
         self.hold = 0
         self.init_ratio = self.INIT_NEW_TOKEN_RATIO * sg.schedule_conservativeness
         self.min_ratio = self.init_ratio * self.MIN_NEW_TOKEN_RATIO_FACTOR
