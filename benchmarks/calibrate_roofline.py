@@ -34,11 +34,13 @@ Data (none of it is scored by benchmarks/silicon_accuracy.py except as stated):
    the five terms 0; ``layer_overhead_us``, ``pass_overhead_ms``, ``sequence_overhead_us`` (per request
    sampled in a pass), ``request_layer_overhead_us`` (per such request and layer) and
    ``allreduce_latency_us`` are the least-squares fit of the measured
-   TPOT (log; ``fit_overheads``), per GPU (on dense-model rows when there are at least 10) and
-   per (GPU, backend) with at least ``MIN_BACKEND_ROWS`` (12) rows (``backends``; used when a
+   TPOT (log; ``fit_overheads``), per GPU (on its dense-model rows when there are at least 10,
+   else the median of the other GPUs' fits) and per (GPU, backend) with at least
+   ``MIN_BACKEND_ROWS`` (12) dense rows (``backends``; used when a
    scenario names its ``backend``; when its rows are of one model depth, which cannot tell
    the per-layer from the per-pass time apart, ``layer_overhead_us`` is held at the GPU's),
-   and per (GPU, backend) on the MoE rows alone (``<backend>/moe``: MoE models take it), and
+   and per (GPU, backend) on the MoE rows alone (``<backend>/moe``: MoE models take it; MoE
+   rows never set a dense-model term), and
    on the dense rows whose servers ran async scheduling, where they are some of the engine's
    rows only (``<backend>/async``: pools with ``async_scheduling`` take it).
    Rows up to concurrency 1024 are used, as silicon_accuracy.py scores them. Vidur's per-layer fixed time (kernels timed one by one, no
@@ -327,10 +329,11 @@ def fit_overheads(silicon: Path, max_concurrency: int = 1024) -> dict:
     The all-reduce latency is fitted here rather than taken from Vidur's NCCL table because
     serving engines run small all-reduces through their own one-shot kernels (vLLM's and
     TRT-LLM's custom all-reduce), much faster than NCCL's ring. Least squares on log TPOT
-    gives the terms per GPU (dense-model rows when there are at least 10), per (GPU,
-    backend) with at least ``MIN_BACKEND_ROWS`` rows (dense ones when there are that many),
-    and per (GPU, backend) on MoE rows alone (``<backend>/moe``, used for MoE models) when the
-    backend's fit is of dense rows and there are ``MIN_BACKEND_ROWS`` MoE rows. Returns {gpu: {"all": fit, backend: fit, ...}}, a fit
+    gives the terms per GPU (its dense-model rows, when there are at least 10), per (GPU,
+    backend) with at least ``MIN_BACKEND_ROWS`` dense rows, and per (GPU, backend) on MoE rows
+    alone (``<backend>/moe``, used for MoE models) with ``MIN_BACKEND_ROWS`` MoE rows; MoE rows
+    never set a dense fit. Returns {gpu: {"all": fit, backend: fit, ...}} ("all" absent for a
+    GPU with fewer than 10 dense rows: the caller takes the median of the others), a fit
     being ({term: value}, rows, median |rel err| of TPOT).
     """
     zero = dict.fromkeys(OVERHEADS + FRONTEND, 0.0)
@@ -367,26 +370,33 @@ def fit_overheads(silicon: Path, max_concurrency: int = 1024) -> dict:
         x, err = _log_fit(predict, measured, [10.0 if layer_us is None else layer_us, 1.0, 10.0, 10.0, 0.1], (lo, hi))
         return {k: round(float(v), 3) for k, v in zip(OVERHEADS, x)}, len(items), err
 
+    # dense-model terms come from dense rows only: MoE rows mix in expert and attention-DP
+    # parallelism the engine approximates (the DP/MoE issue's), and fitted into a GPU's dense
+    # terms they set Qwen3-32B's host time on GB200 from DeepSeek's (the GB200 and B300
+    # TRT-LLM fits' median TPOT error was 0.45 and 0.93); a GPU with fewer than 10 dense rows
+    # takes the median of the other GPUs' dense fits (``pooled``)
+    gpu_fits = {gpu: fit(dense) for gpu, items in samples.items()
+                if len(dense := [it for it in items if not it[1]]) >= 10}
+    pooled = ({k: float(np.median([f[0][k] for f in gpu_fits.values()])) for k in OVERHEADS}
+              if gpu_fits else dict.fromkeys(OVERHEADS, 0.0))
     out = {}
     for gpu, items in samples.items():
-        # MoE rows mix in expert and attention-DP parallelism the engine approximates
-        dense = [it for it in items if not it[1]]
-        fits = {"all": fit(dense if len(dense) >= 10 else items)}
+        fits = {"all": gpu_fits[gpu]} if gpu in gpu_fits else {}
+        layer_us = (fits["all"][0] if fits else pooled)["layer_overhead_us"]
         for backend in sorted({it[0] for it in items}):
             mine = [it for it in items if it[0] == backend]
-            dense = [it for it in mine if not it[1]]
-            rows = dense if len(dense) >= MIN_BACKEND_ROWS else mine
+            rows = [it for it in mine if not it[1]]
             if len(rows) >= MIN_BACKEND_ROWS:
                 # rows of one model depth cannot tell the per-layer from the per-pass time:
                 # the per-layer time is then the GPU's (fitted over all engines' models)
                 one_depth = len({it[3] for it in rows}) < 2
-                fits[backend] = fit(rows, fits["all"][0]["layer_overhead_us"] if one_depth else None)
+                fits[backend] = fit(rows, layer_us if one_depth else None)
             # MoE models run other paths (expert dispatch, attention data parallelism), often on
             # other engine versions: their own fit where they have the rows
             moe = [it for it in mine if it[1]]
-            if len(moe) >= MIN_BACKEND_ROWS and rows is not mine:
+            if len(moe) >= MIN_BACKEND_ROWS:
                 one_depth = len({it[3] for it in moe}) < 2
-                fits[f"{backend}/moe"] = fit(moe, fits["all"][0]["layer_overhead_us"] if one_depth else None)
+                fits[f"{backend}/moe"] = fit(moe, layer_us if one_depth else None)
             # dense rows whose servers ran async scheduling (vLLM's --async-scheduling: the next
             # pass scheduled while one runs, which hides host time), when they are some of the
             # engine's rows only: their own fit, used by pools that run so. Chosen on the
@@ -394,9 +404,9 @@ def fit_overheads(silicon: Path, max_concurrency: int = 1024) -> dict:
             # the engine's fit against 5.8% with their own, H200's 12 7.7% against 2.9%; its 24
             # and 6 other rows 8.6 / 8.7% and 47.7 / 42.9%, so those keep the engine's fit
             overlap = [it for it in rows if it[7]]
-            if len(overlap) >= MIN_BACKEND_ROWS and len(overlap) < len(rows) and not rows[0][1]:
+            if len(overlap) >= MIN_BACKEND_ROWS and len(overlap) < len(rows):
                 one_depth = len({it[3] for it in overlap}) < 2
-                fits[f"{backend}/async"] = fit(overlap, fits["all"][0]["layer_overhead_us"] if one_depth else None)
+                fits[f"{backend}/async"] = fit(overlap, layer_us if one_depth else None)
         out[gpu] = fits
     return out
 
@@ -622,19 +632,21 @@ def main() -> None:
         write(fitted)
     try:
         overheads = fit_overheads(silicon)
-        pooled = {k: float(np.median([f["all"][0][k] for f in overheads.values()])) for k in OVERHEADS}
+        pooled = {k: float(np.median([f["all"][0][k] for f in overheads.values() if "all" in f])) for k in OVERHEADS}
         for gpu, entry in fitted.items():
             entry.setdefault("vidur_layer_overhead_us", entry["layer_overhead_us"])
             entry.setdefault("vidur_allreduce_latency_us", entry["allreduce_latency_us"])
-            fits = overheads.get(gpu)
-            if fits:
+            fits = overheads.get(gpu, {})
+            entry["backends"] = with_gemm(gpu, {
+                b: {**f[0], "fit": f"{f[1]} calibration rows, median |rel err| of TPOT {f[2]:.3f}"}
+                for b, f in fits.items() if b != "all"})
+            if "all" in fits:
                 terms, n, ape = fits["all"]
-                note = f"{n} calibration rows of silicon_sample.csv, median |rel err| of TPOT {ape:.3f}"
-                entry["backends"] = with_gemm(gpu, {
-                    b: {**f[0], "fit": f"{f[1]} calibration rows, median |rel err| of TPOT {f[2]:.3f}"}
-                    for b, f in fits.items() if b != "all"})
+                note = f"{n} dense calibration rows of silicon_sample.csv, median |rel err| of TPOT {ape:.3f}"
             else:
-                terms, note = pooled, "median of the other GPUs' fits (no calibration rows)"
+                terms = pooled
+                note = ("median of the other GPUs' fits (fewer than 10 dense calibration rows)" if fits
+                        else "median of the other GPUs' fits (no calibration rows)")
             entry.update(**terms, fit_overheads=note)
         if not args.dry_run:  # the frontend fit simulates with the pass times just fitted
             write(fitted)

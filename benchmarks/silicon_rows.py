@@ -59,7 +59,7 @@ SILICON_MODELS = {
     "nvidia/DeepSeek-V3.1-NVFP4": "DeepSeek-V3",
 }
 SILICON_GPUS = {"a100_sxm": "A100", "h100_sxm": "H100", "h200_sxm": "H200", "b200_sxm": "B200",
-                "gb200": "GB200", "b300_sxm": "B300", "l40s": "L40S"}
+                "gb200": "GB200", "b300_sxm": "B300", "gb300": "GB300", "l40s": "L40S"}
 INT_COLS = ["tp_size", "pp_size", "attention_dp_size", "batch_size", "prefill_num_workers",
             "prefill_tp_size", "prefill_attention_dp_size", "decode_num_workers", "decode_tp_size",
             "decode_attention_dp_size", "decode_batch_size", "prefill_batch_size", "moe_tp_size", "moe_ep_size",

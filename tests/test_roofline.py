@@ -117,7 +117,7 @@ def test_weights_that_do_not_fit_and_unknown_names_are_one_line_errors():
         scenario_from_dict({"pools": {"aggregated": {}},
                             "latency": {"kind": "roofline", "model": "Llama-3.1-8B", "gpu": "V100"}}, "x.yaml")
     assert e.value.messages == ["x.yaml: unknown gpu 'V100' (expected one of: A100, H100, H200, B200, GB200, "
-                                "B300, L40S) @ $.latency.gpu"]
+                                "B300, GB300, L40S) @ $.latency.gpu"]
     with pytest.raises(HardwareError):
         load_gpu("nope")
 

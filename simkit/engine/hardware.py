@@ -4,7 +4,7 @@
 ``Qwen3-32B``, ``Qwen3-235B-A22B``, ``gpt-oss-120b``, ``DeepSeek-V3``; see
 ``simkit/engine/data/NOTICE.md`` for their source) or any ``config.json`` path, into a frozen
 :class:`ModelArch`. ``load_gpu(name)`` returns a :class:`GpuSpec` (A100, H100, H200, B200,
-GB200, B300, L40S) with dense tensor-core TFLOPS per precision, HBM bandwidth and capacity and
+GB200, B300, GB300, L40S) with dense tensor-core TFLOPS per precision, HBM bandwidth and capacity and
 interconnect figures from aiconfigurator-core's ``systems/*.yaml`` (Apache-2.0).
 ``load_calibration(gpu)`` returns the fitted efficiencies and overheads of
 ``simkit/engine/data/calibration.json`` (``benchmarks/calibrate_roofline.py``). A measured
