@@ -316,6 +316,58 @@ FRONTEND = ("dispatch_overhead_ms", "first_token_overhead_ms")
 MIN_FRONTEND_ROWS = 8
 
 
+def pooled_overheads(fits: dict) -> dict:
+    """The median over GPUs of their dense-row fits (``fits[gpu]["all"]``, where there is one):
+    the terms of a GPU with too few dense calibration rows; 0 when no GPU has a fit."""
+    terms = [f["all"][0] for f in fits.values() if "all" in f]
+    return {k: float(np.median([t[k] for t in terms])) if terms else 0.0 for k in OVERHEADS}
+
+
+def group_fits(samples: dict, fit) -> dict:
+    """:func:`fit_overheads`' fits from its per-GPU ``samples`` (tuples: backend, is_moe, ...,
+    async at index 7): ``fit(items, layer_us)`` per group, as that function's docstring says.
+    Returns {gpu: {"all": fit, backend: fit, backend/moe: fit, backend/async: fit}} with only
+    the groups that have the rows."""
+    # dense-model terms come from dense rows only: MoE rows mix in expert and attention-DP
+    # parallelism the engine approximates (the DP/MoE issue's), and fitted into a GPU's dense
+    # terms they set Qwen3-32B's host time on GB200 from DeepSeek's (the GB200 and B300
+    # TRT-LLM fits' median TPOT error was 0.45 and 0.93); a GPU with fewer than 10 dense rows
+    # takes the median of the other GPUs' dense fits (``pooled``)
+    gpu_fits = {gpu: fit(dense) for gpu, items in samples.items()
+                if len(dense := [it for it in items if not it[1]]) >= 10}
+    pooled = pooled_overheads({gpu: {"all": f} for gpu, f in gpu_fits.items()})
+    out = {}
+    for gpu, items in samples.items():
+        fits = {"all": gpu_fits[gpu]} if gpu in gpu_fits else {}
+        layer_us = (fits["all"][0] if fits else pooled)["layer_overhead_us"]
+        for backend in sorted({it[0] for it in items}):
+            mine = [it for it in items if it[0] == backend]
+            rows = [it for it in mine if not it[1]]
+            if len(rows) >= MIN_BACKEND_ROWS:
+                # rows of one model depth cannot tell the per-layer from the per-pass time:
+                # the per-layer time is then the GPU's (fitted over all engines' models)
+                one_depth = len({it[3] for it in rows}) < 2
+                fits[backend] = fit(rows, layer_us if one_depth else None)
+            # MoE models run other paths (expert dispatch, attention data parallelism), often on
+            # other engine versions: their own fit where they have the rows
+            moe = [it for it in mine if it[1]]
+            if len(moe) >= MIN_BACKEND_ROWS:
+                one_depth = len({it[3] for it in moe}) < 2
+                fits[f"{backend}/moe"] = fit(moe, layer_us if one_depth else None)
+            # dense rows whose servers ran async scheduling (vLLM's --async-scheduling: the next
+            # pass scheduled while one runs, which hides host time), when they are some of the
+            # engine's rows only: their own fit, used by pools that run so. Chosen on the
+            # calibration rows by leave-one-out: H100 vLLM's 15 async rows 7.0% TPOT error with
+            # the engine's fit against 5.8% with their own, H200's 12 7.7% against 2.9%; its 24
+            # and 6 other rows 8.6 / 8.7% and 47.7 / 42.9%, so those keep the engine's fit
+            overlap = [it for it in rows if it[7]]
+            if len(overlap) >= MIN_BACKEND_ROWS and len(overlap) < len(rows):
+                one_depth = len({it[3] for it in overlap}) < 2
+                fits[f"{backend}/async"] = fit(overlap, layer_us if one_depth else None)
+        out[gpu] = fits
+    return out
+
+
 def fit_overheads(silicon: Path, max_concurrency: int = 1024) -> dict:
     """Host overheads and the all-reduce latency from the calibration rows of
     silicon_sample.csv, by simulation.
@@ -370,45 +422,7 @@ def fit_overheads(silicon: Path, max_concurrency: int = 1024) -> dict:
         x, err = _log_fit(predict, measured, [10.0 if layer_us is None else layer_us, 1.0, 10.0, 10.0, 0.1], (lo, hi))
         return {k: round(float(v), 3) for k, v in zip(OVERHEADS, x)}, len(items), err
 
-    # dense-model terms come from dense rows only: MoE rows mix in expert and attention-DP
-    # parallelism the engine approximates (the DP/MoE issue's), and fitted into a GPU's dense
-    # terms they set Qwen3-32B's host time on GB200 from DeepSeek's (the GB200 and B300
-    # TRT-LLM fits' median TPOT error was 0.45 and 0.93); a GPU with fewer than 10 dense rows
-    # takes the median of the other GPUs' dense fits (``pooled``)
-    gpu_fits = {gpu: fit(dense) for gpu, items in samples.items()
-                if len(dense := [it for it in items if not it[1]]) >= 10}
-    pooled = ({k: float(np.median([f[0][k] for f in gpu_fits.values()])) for k in OVERHEADS}
-              if gpu_fits else dict.fromkeys(OVERHEADS, 0.0))
-    out = {}
-    for gpu, items in samples.items():
-        fits = {"all": gpu_fits[gpu]} if gpu in gpu_fits else {}
-        layer_us = (fits["all"][0] if fits else pooled)["layer_overhead_us"]
-        for backend in sorted({it[0] for it in items}):
-            mine = [it for it in items if it[0] == backend]
-            rows = [it for it in mine if not it[1]]
-            if len(rows) >= MIN_BACKEND_ROWS:
-                # rows of one model depth cannot tell the per-layer from the per-pass time:
-                # the per-layer time is then the GPU's (fitted over all engines' models)
-                one_depth = len({it[3] for it in rows}) < 2
-                fits[backend] = fit(rows, layer_us if one_depth else None)
-            # MoE models run other paths (expert dispatch, attention data parallelism), often on
-            # other engine versions: their own fit where they have the rows
-            moe = [it for it in mine if it[1]]
-            if len(moe) >= MIN_BACKEND_ROWS:
-                one_depth = len({it[3] for it in moe}) < 2
-                fits[f"{backend}/moe"] = fit(moe, layer_us if one_depth else None)
-            # dense rows whose servers ran async scheduling (vLLM's --async-scheduling: the next
-            # pass scheduled while one runs, which hides host time), when they are some of the
-            # engine's rows only: their own fit, used by pools that run so. Chosen on the
-            # calibration rows by leave-one-out: H100 vLLM's 15 async rows 7.0% TPOT error with
-            # the engine's fit against 5.8% with their own, H200's 12 7.7% against 2.9%; its 24
-            # and 6 other rows 8.6 / 8.7% and 47.7 / 42.9%, so those keep the engine's fit
-            overlap = [it for it in rows if it[7]]
-            if len(overlap) >= MIN_BACKEND_ROWS and len(overlap) < len(rows):
-                one_depth = len({it[3] for it in overlap}) < 2
-                fits[f"{backend}/async"] = fit(overlap, layer_us if one_depth else None)
-        out[gpu] = fits
-    return out
+    return group_fits(samples, fit)
 
 
 AIC_OVERHEADS = ("aic_pass_overhead_ms", "aic_sequence_overhead_us")
@@ -632,7 +646,7 @@ def main() -> None:
         write(fitted)
     try:
         overheads = fit_overheads(silicon)
-        pooled = {k: float(np.median([f["all"][0][k] for f in overheads.values() if "all" in f])) for k in OVERHEADS}
+        pooled = pooled_overheads(overheads)
         for gpu, entry in fitted.items():
             entry.setdefault("vidur_layer_overhead_us", entry["layer_overhead_us"])
             entry.setdefault("vidur_allreduce_latency_us", entry["allreduce_latency_us"])
@@ -645,8 +659,8 @@ def main() -> None:
                 note = f"{n} dense calibration rows of silicon_sample.csv, median |rel err| of TPOT {ape:.3f}"
             else:
                 terms = pooled
-                note = ("median of the other GPUs' fits (fewer than 10 dense calibration rows)" if fits
-                        else "median of the other GPUs' fits (no calibration rows)")
+                few = "fewer than 10 dense calibration rows" if gpu in overheads else "no calibration rows"
+                note = f"median of the other GPUs' fits ({few})"
             entry.update(**terms, fit_overheads=note)
         if not args.dry_run:  # the frontend fit simulates with the pass times just fitted
             write(fitted)

@@ -251,3 +251,34 @@ def test_harness_variants_refuses_an_unknown_variant():
     proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "silicon_harness_variants.py"),
                            "--variants", "current,nope"], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert proc.returncode == 2 and proc.stderr.startswith("--variants: unknown nope (expected: current, steady3")
+
+
+def test_moe_rows_never_set_a_dense_overhead_fit():
+    # group_fits with a fit that reports which rows it was given: a GPU with 10 dense rows gets
+    # its "all" fit from them alone; one with 3 dense and 30 MoE rows gets no dense fit ("all"
+    # and its engine's absent: the other GPUs' median, pooled_overheads) and a MoE one of its
+    # 30 MoE rows; an engine with 12 dense rows gets its own fit of those
+    if importlib.util.find_spec("scipy") is None:
+        pytest.skip("calibrate_roofline.py needs scipy (pip install -e '.[bench]')")
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import calibrate_roofline as cr
+
+    def item(backend, moe, depth=32):
+        return (backend, moe, 10.0, depth, 8, 0, 11.0, False)
+
+    def fit(items, layer_us=None):
+        terms = dict.fromkeys(cr.OVERHEADS, 1.0 if all(not it[1] for it in items) else 9.0)
+        return terms, len(items), layer_us
+
+    samples = {"H100": [item("vllm", False, 32 + i % 2) for i in range(12)],
+               "GB200": [item("trtllm", False) for _ in range(3)] + [item("trtllm", True) for _ in range(30)]}
+    fits = cr.group_fits(samples, fit)
+    assert fits["H100"]["all"][:2] == (dict.fromkeys(cr.OVERHEADS, 1.0), 12)
+    assert fits["H100"]["vllm"][:2] == (dict.fromkeys(cr.OVERHEADS, 1.0), 12)
+    assert "vllm/moe" not in fits["H100"]
+    assert set(fits["GB200"]) == {"trtllm/moe"}
+    assert fits["GB200"]["trtllm/moe"][:2] == (dict.fromkeys(cr.OVERHEADS, 9.0), 30)
+    # one model depth: the per-layer time is held at the pooled dense median (1.0), not a MoE fit's
+    assert fits["GB200"]["trtllm/moe"][2] == 1.0
+    assert cr.pooled_overheads(fits) == dict.fromkeys(cr.OVERHEADS, 1.0)
+    assert cr.pooled_overheads({"GB200": fits["GB200"]}) == dict.fromkeys(cr.OVERHEADS, 0.0)
