@@ -58,8 +58,8 @@ from pathlib import Path
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from silicon_rows import (SILICON_MODELS, Harness, calibration_row, concurrency, find_silicon,  # noqa: E402
-                          frontend_shift_ms, input_error,
+from silicon_rows import (SILICON_MODELS, Harness, aiconfigurator_flags, calibration_row,  # noqa: E402
+                          concurrency, find_silicon, frontend_shift_ms, input_error,
                           harness_for, load_rows, simulate_row, skip_reason)
 
 from simkit.spec import ConfigError  # noqa: E402
@@ -68,14 +68,9 @@ DENSE = {"Llama-3.1-8B", "Llama-3.1-70B", "Qwen3-32B"}
 
 
 def aic_rules(row) -> dict:
-    """aiconfigurator's benchmark generator rules as simkit pool settings (module docstring)."""
-    batch, isl = int(row["batch_size"]) or concurrency(row), int(row["isl"])
-    if row["backend"] == "vllm":
-        return {"max_num_batched_tokens": batch + isl + 1500}
-    if row["backend"] == "trtllm":
-        return {"max_num_batched_tokens": batch + isl + 1500, "enable_chunked_prefill": False}
-    return {"sglang": {"max_prefill_tokens": isl + 1500, "chunked_prefill_size": 8192,
-                       "enable_mixed_chunk": True}}
+    """aiconfigurator's benchmark generator rules as simkit pool settings
+    (:func:`silicon_rows.aiconfigurator_flags`)."""
+    return aiconfigurator_flags(row)
 
 
 #: name -> (server settings of a row or None, prompts per user, whether the first wave is

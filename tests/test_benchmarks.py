@@ -157,6 +157,43 @@ def test_h100_llama_8b_trtllm_rows_run_one_slot_short_of_their_users():
     assert full[256][0] == pytest.approx(full[64][0], rel=1e-9)
 
 
+def test_families_with_their_own_client_get_it_and_only_they():
+    # GAP_ANALYSIS_CLIENTS' (system, backend, model) keys chosen on each family's calibration
+    # rows: H200 Llama-3.1-8B vLLM runs bench_run.sh as written (warm-up, 100 dataset entries,
+    # prefix caching on); the same engine's other models keep the family's client
+    sr = _silicon_rows()
+    vllm = "source_file=/x/aic-auto-gap-analysis/data/h200_sxm/vllm/0.12.0/m.csv"
+    fp8 = dict(_row(vllm, "vllm", isl=1000, osl=100, tp=1, conc=16),
+               model_path="nvidia/Llama-3.1-8B-Instruct-FP8")
+    h = sr.harness_for(fp8)
+    assert (h.warmup_per_user, h.dataset_entries, h.prompts_per_user) == (2, 100, 10)
+    assert h.score_first_wave and h.desync == 0.0
+    assert h.engine == {"async_scheduling": False, "enable_prefix_caching": True}
+    assert sr.scenario_for(fp8, 16)["pools"]["aggregated"]["enable_prefix_caching"] is True
+    reqs = sr.client_requests(fp8, 16, h)
+    # 2 warm-up and 10 scored prompts per user, each one of the 100 entries
+    assert len(reqs) == 16 * 12 and len({r.hash_ids for r in reqs}) <= 100
+    other = sr.harness_for(_row(vllm, "vllm"))  # Llama-3.1-70B on the same engine
+    assert (other.desync, other.dataset_entries) == (1.0, 0)
+    assert sr.scenario_for(_row(vllm, "vllm"), 16)["pools"]["aggregated"]["enable_prefix_caching"] is False
+
+
+def test_aiconfigurator_generated_server_flags():
+    # generated_flags: the server flags aiconfigurator's generator writes for the row
+    sr = _silicon_rows()
+    trt = "source_file=/x/aic-auto-gap-analysis/data/h100_sxm/trtllm/1.0.0rc3/m.csv"
+    qwen = dict(_row(trt, "trtllm", isl=4000, osl=500, tp=2, conc=32), system="h100_sxm",
+                model_path="Qwen/Qwen3-32B", precision="bf16", gemm_quant_mode="bf16")
+    h = sr.harness_for(qwen)
+    assert not h.generated_flags
+    assert sr.scenario_for(qwen, 32)["pools"]["aggregated"]["max_num_batched_tokens"] == 8192
+    pool = sr.scenario_for(qwen, 32, harness=sr.replace(h, generated_flags=True))["pools"]["aggregated"]
+    # max_num_tokens = batch + ISL + 1500 = 32 + 4000 + 1500, whole prompts (no chunking)
+    assert (pool["max_num_batched_tokens"], pool["enable_chunked_prefill"]) == (5532, False)
+    assert sr.aiconfigurator_flags(dict(qwen, backend="vllm")) == {"max_num_batched_tokens": 5532}
+    assert sr.aiconfigurator_flags(dict(qwen, backend="sglang"))["sglang"]["max_prefill_tokens"] == 5500
+
+
 def test_aiperf_warm_up_and_dataset_reuse_in_the_client():
     # aiconfigurator's bench_run.sh: a 2 x C warm-up, then the scored burst once every warm-up
     # response is in; every prompt one of aiperf's N dataset entries (its default 100; 5 here, so
