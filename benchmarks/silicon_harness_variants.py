@@ -67,12 +67,6 @@ from simkit.spec import ConfigError  # noqa: E402
 DENSE = {"Llama-3.1-8B", "Llama-3.1-70B", "Qwen3-32B"}
 
 
-def aic_rules(row) -> dict:
-    """aiconfigurator's benchmark generator rules as simkit pool settings
-    (:func:`silicon_rows.aiconfigurator_flags`)."""
-    return aiconfigurator_flags(row)
-
-
 #: name -> (server settings of a row or None, prompts per user, whether the first wave is
 #: scored, frontend jitter in ms, client turnaround in ms[, desynchronized fraction of a cycle];
 #: without it, the family's), or None: the row's harness as it is
@@ -80,7 +74,7 @@ VARIANTS = {
     "current": None,
     "steady3": (None, 3, False, 0.0, 0.0),
     "genai_perf": (None, 12, False, 0.0, 0.0),  # (2 x C warm-up prompts, then 10 x C scored)
-    "aic_rules": (aic_rules, 3, False, 0.0, 0.0),
+    "aic_rules": (aiconfigurator_flags, 3, False, 0.0, 0.0),
     # aiperf: warm-up until every response is in (the engine idle again; no prefix caching,
     # so the warm-up leaves nothing behind), then a burst of C, 10 x C (or 20 x C) scored
     "aiperf10": (None, 10, True, 0.0, 0.0),
@@ -96,7 +90,7 @@ VARIANTS = {
     **{f"aiperf{n}_desync{f:g}": (None, n, True, 0.0, 0.0, f) for n in (10, 20) for f in (0.5, 1.0)},
     **{f"aiperf{n}_slots_c_minus_1": (None, n, True, 0.0, 0.0, 0.0) for n in (10, 20)},
     **{f"aiperf{n}_slots_c_minus_1_desync1": (None, n, True, 0.0, 0.0, 1.0) for n in (10, 20)},
-    **{f"aiperf{n}_aic_rules": (aic_rules, n, True, 0.0, 0.0) for n in (10, 20)},
+    **{f"aiperf{n}_aic_rules": (aiconfigurator_flags, n, True, 0.0, 0.0) for n in (10, 20)},
     # aiconfigurator's bench_run.sh as it is: aiperf's 100 dataset entries reused, a 2 x C
     # warm-up, the server's prefix cache on (vLLM's and SGLang's default)
     **{f"aiperf{n}_cache": (None, n, True, 0.0, 0.0, 0.0) for n in (10, 20)},
